@@ -1,0 +1,588 @@
+//! Attempt classification: every attempt result maps to exactly one verdict
+//! (delivered, retry, rejected) and one outcome label from the bounded set
+//! [`OUTCOMES`], so metrics never grow a label per status code or per error text.
+//!
+//! Rules (DESIGN §4 "Classification"):
+//! - 2xx: delivered.
+//! - 408, 425, 429 and 5xx: retry, honouring `Retry-After` (see [`parse_retry_after`]).
+//! - other 4xx: rejected (`rejected_4xx`); 3xx: rejected (`redirect`) — redirects are
+//!   never followed, so retrying one would only repeat it.
+//! - 1xx as a final status and codes outside 100..=599: retry, like a protocol
+//!   error. RFC 9110 §15 says a client receiving an invalid status code SHOULD treat
+//!   it as a 5xx; a final 1xx is equally a broken exchange, not a receiver's "no".
+//! - Transport failures (timeouts, refused, reset, DNS, TLS, protocol): retry.
+//! - `MissingSecret`: retry. The subscription names a secret the dispatcher cannot
+//!   load yet; an operator can fix that without the delivery being lost, and the
+//!   ladder's `max_attempts`/`max_age` still bound how long we wait.
+//! - Our own refusals that cannot heal by waiting — `EgressDenied`,
+//!   `PayloadTooLarge`, `InvalidUrl` — are rejected with that reason.
+
+use std::time::{Duration, SystemTime};
+
+/// Longest `Retry-After` honoured. Larger hints (or dates further out) are clamped
+/// to this, so a hostile or buggy receiver cannot overflow time arithmetic; the
+/// ladder clamps further to its last tier anyway.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(7 * 24 * 60 * 60);
+
+/// How an attempt failed before a status line was received (or was refused by us).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The whole request exceeded its total timeout.
+    Timeout,
+    ConnectTimeout,
+    ConnectRefused,
+    ConnectionReset,
+    Dns,
+    Tls,
+    /// Malformed or unexpected HTTP from the receiver.
+    Protocol,
+    /// The egress policy refused the resolved address or the URL scheme.
+    EgressDenied,
+    /// We refused to send a payload over our size limit.
+    PayloadTooLarge,
+    /// The subscription's `secret_ref` could not be resolved.
+    MissingSecret,
+    /// The subscription URL does not parse or is not usable.
+    InvalidUrl,
+}
+
+impl FailureKind {
+    /// The outcome label of this failure.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Timeout => "timeout",
+            Self::ConnectTimeout => "connect_timeout",
+            Self::ConnectRefused => "connect_refused",
+            Self::ConnectionReset => "connection_reset",
+            Self::Dns => "dns",
+            Self::Tls => "tls",
+            Self::Protocol => "protocol",
+            Self::EgressDenied => "egress_denied",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::MissingSecret => "missing_secret",
+            Self::InvalidUrl => "invalid_url",
+        }
+    }
+}
+
+/// What happened on one attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptResult {
+    /// A status line arrived; `retry_after` is the raw `Retry-After` header, if any.
+    Response {
+        status: u16,
+        retry_after: Option<String>,
+    },
+    Failed(FailureKind),
+}
+
+/// Why a delivery is dead-lettered without further attempts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectReason {
+    /// A 4xx other than 408, 425 and 429.
+    Http4xx,
+    /// A 3xx: redirects are not followed.
+    Redirect,
+    EgressDenied,
+    PayloadTooLarge,
+    InvalidUrl,
+}
+
+impl RejectReason {
+    /// The `DeadLetter.reason` value (and metric label).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Http4xx => "rejected_4xx",
+            Self::Redirect => "redirect",
+            Self::EgressDenied => "egress_denied",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::InvalidUrl => "invalid_url",
+        }
+    }
+}
+
+/// What to do with the delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Delivered,
+    /// Try again later; `retry_after` is the receiver's parsed, clamped hint.
+    Retry {
+        retry_after: Option<Duration>,
+    },
+    Rejected {
+        reason: RejectReason,
+    },
+}
+
+/// A verdict plus its bounded outcome label (`Delivery.last_outcome`, metric label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Classification {
+    pub verdict: Verdict,
+    /// Always one of [`OUTCOMES`].
+    pub outcome: &'static str,
+    /// The HTTP status, when a response arrived (for `DeadLetter.last_status`).
+    pub status: Option<u16>,
+}
+
+/// Every outcome label [`classify`] can produce: `http_<code>` for common codes,
+/// `http_<class>` for any other code of a class, `http_invalid` for codes outside
+/// 100..=599, and one label per [`FailureKind`]. Fixed at 42 values, so it is safe
+/// as a metric label and can be used to pre-register series.
+pub const OUTCOMES: &[&str] = &[
+    "http_200",
+    "http_201",
+    "http_202",
+    "http_204",
+    "http_2xx",
+    "http_301",
+    "http_302",
+    "http_303",
+    "http_307",
+    "http_308",
+    "http_3xx",
+    "http_400",
+    "http_401",
+    "http_403",
+    "http_404",
+    "http_405",
+    "http_408",
+    "http_409",
+    "http_410",
+    "http_413",
+    "http_422",
+    "http_425",
+    "http_429",
+    "http_4xx",
+    "http_500",
+    "http_502",
+    "http_503",
+    "http_504",
+    "http_5xx",
+    "http_1xx",
+    "http_invalid",
+    "timeout",
+    "connect_timeout",
+    "connect_refused",
+    "connection_reset",
+    "dns",
+    "tls",
+    "protocol",
+    "egress_denied",
+    "payload_too_large",
+    "missing_secret",
+    "invalid_url",
+];
+
+/// Decides what an attempt result means. `now` anchors an HTTP-date `Retry-After`.
+pub fn classify(result: &AttemptResult, now: SystemTime) -> Classification {
+    match result {
+        AttemptResult::Response {
+            status,
+            retry_after,
+        } => {
+            let status = *status;
+            let verdict = match status {
+                200..=299 => Verdict::Delivered,
+                408 | 425 | 429 | 500..=599 | 100..=199 => Verdict::Retry {
+                    retry_after: retry_after
+                        .as_deref()
+                        .and_then(|v| parse_retry_after(v, now)),
+                },
+                300..=399 => Verdict::Rejected {
+                    reason: RejectReason::Redirect,
+                },
+                400..=499 => Verdict::Rejected {
+                    reason: RejectReason::Http4xx,
+                },
+                // RFC 9110 §15: treat an invalid status as a 5xx.
+                _ => Verdict::Retry {
+                    retry_after: retry_after
+                        .as_deref()
+                        .and_then(|v| parse_retry_after(v, now)),
+                },
+            };
+            Classification {
+                verdict,
+                outcome: status_outcome(status),
+                status: Some(status),
+            }
+        }
+        AttemptResult::Failed(kind) => {
+            let verdict = match kind {
+                FailureKind::EgressDenied => Verdict::Rejected {
+                    reason: RejectReason::EgressDenied,
+                },
+                FailureKind::PayloadTooLarge => Verdict::Rejected {
+                    reason: RejectReason::PayloadTooLarge,
+                },
+                FailureKind::InvalidUrl => Verdict::Rejected {
+                    reason: RejectReason::InvalidUrl,
+                },
+                FailureKind::Timeout
+                | FailureKind::ConnectTimeout
+                | FailureKind::ConnectRefused
+                | FailureKind::ConnectionReset
+                | FailureKind::Dns
+                | FailureKind::Tls
+                | FailureKind::Protocol
+                | FailureKind::MissingSecret => Verdict::Retry { retry_after: None },
+            };
+            Classification {
+                verdict,
+                outcome: kind.as_str(),
+                status: None,
+            }
+        }
+    }
+}
+
+/// The class label of a status (`"2xx"`…), `"invalid"` outside 100..=599; for the
+/// `status_class` metric label.
+pub fn status_class(status: u16) -> &'static str {
+    match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        500..=599 => "5xx",
+        _ => "invalid",
+    }
+}
+
+/// Codes common enough in webhook traffic to get their own outcome label.
+const COMMON_STATUSES: &[(u16, &str)] = &[
+    (200, "http_200"),
+    (201, "http_201"),
+    (202, "http_202"),
+    (204, "http_204"),
+    (301, "http_301"),
+    (302, "http_302"),
+    (303, "http_303"),
+    (307, "http_307"),
+    (308, "http_308"),
+    (400, "http_400"),
+    (401, "http_401"),
+    (403, "http_403"),
+    (404, "http_404"),
+    (405, "http_405"),
+    (408, "http_408"),
+    (409, "http_409"),
+    (410, "http_410"),
+    (413, "http_413"),
+    (422, "http_422"),
+    (425, "http_425"),
+    (429, "http_429"),
+    (500, "http_500"),
+    (502, "http_502"),
+    (503, "http_503"),
+    (504, "http_504"),
+];
+
+fn status_outcome(status: u16) -> &'static str {
+    if let Some((_, label)) = COMMON_STATUSES.iter().find(|(code, _)| *code == status) {
+        return label;
+    }
+    match status {
+        100..=199 => "http_1xx",
+        200..=299 => "http_2xx",
+        300..=399 => "http_3xx",
+        400..=499 => "http_4xx",
+        500..=599 => "http_5xx",
+        _ => "http_invalid",
+    }
+}
+
+/// Parses a `Retry-After` value relative to `now` (RFC 9110 §10.2.3):
+/// - delta-seconds (`"120"`, surrounding whitespace allowed) → that many seconds;
+/// - an HTTP-date (IMF-fixdate, and the obsolete RFC 850 / asctime forms recipients
+///   must accept) → the time from `now` until then, zero if it is already past;
+/// - anything else (negative, fractional, empty, garbage) → `None`: ignored.
+///
+/// Results are clamped to [`MAX_RETRY_AFTER`].
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    let hint = if value.bytes().all(|b| b.is_ascii_digit()) {
+        // All digits but too long for u64 is still a valid, absurd delay: clamp it.
+        value
+            .parse::<u64>()
+            .map_or(MAX_RETRY_AFTER, Duration::from_secs)
+    } else {
+        let at = httpdate::parse_http_date(value).ok()?;
+        at.duration_since(now).unwrap_or(Duration::ZERO)
+    };
+    Some(hint.min(MAX_RETRY_AFTER))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    /// 2015-10-21T07:28:00Z, the date used in RFC examples.
+    const NOW: u64 = 1_445_412_480;
+
+    fn response(status: u16, retry_after: Option<&str>) -> AttemptResult {
+        AttemptResult::Response {
+            status,
+            retry_after: retry_after.map(str::to_owned),
+        }
+    }
+
+    fn retry(secs: Option<u64>) -> Verdict {
+        Verdict::Retry {
+            retry_after: secs.map(Duration::from_secs),
+        }
+    }
+
+    fn rejected(reason: RejectReason) -> Verdict {
+        Verdict::Rejected { reason }
+    }
+
+    #[test]
+    fn http_status_table() {
+        use RejectReason::*;
+        let cases: &[(u16, Option<&str>, Verdict, &str)] = &[
+            (200, None, Verdict::Delivered, "http_200"),
+            (204, None, Verdict::Delivered, "http_204"),
+            (226, None, Verdict::Delivered, "http_2xx"),
+            (299, Some("30"), Verdict::Delivered, "http_2xx"),
+            (301, None, rejected(Redirect), "http_301"),
+            (304, None, rejected(Redirect), "http_3xx"),
+            (308, None, rejected(Redirect), "http_308"),
+            (400, None, rejected(Http4xx), "http_400"),
+            (404, Some("30"), rejected(Http4xx), "http_404"),
+            (413, None, rejected(Http4xx), "http_413"),
+            (418, None, rejected(Http4xx), "http_4xx"),
+            (499, None, rejected(Http4xx), "http_4xx"),
+            (408, None, retry(None), "http_408"),
+            (425, None, retry(None), "http_425"),
+            (429, Some("120"), retry(Some(120)), "http_429"),
+            (500, None, retry(None), "http_500"),
+            (503, Some("7"), retry(Some(7)), "http_503"),
+            (507, None, retry(None), "http_5xx"),
+            (599, None, retry(None), "http_5xx"),
+            (100, None, retry(None), "http_1xx"),
+            (101, None, retry(None), "http_1xx"),
+            (0, None, retry(None), "http_invalid"),
+            (99, None, retry(None), "http_invalid"),
+            (600, Some("5"), retry(Some(5)), "http_invalid"),
+            (999, None, retry(None), "http_invalid"),
+            (u16::MAX, None, retry(None), "http_invalid"),
+        ];
+        for (status, retry_after, verdict, outcome) in cases {
+            let c = classify(&response(*status, *retry_after), at(NOW));
+            assert_eq!(c.verdict, *verdict, "status {status}");
+            assert_eq!(c.outcome, *outcome, "status {status}");
+            assert_eq!(c.status, Some(*status));
+        }
+    }
+
+    #[test]
+    fn failure_kind_table() {
+        use FailureKind::*;
+        let cases: &[(FailureKind, Verdict, &str)] = &[
+            (Timeout, retry(None), "timeout"),
+            (ConnectTimeout, retry(None), "connect_timeout"),
+            (ConnectRefused, retry(None), "connect_refused"),
+            (ConnectionReset, retry(None), "connection_reset"),
+            (Dns, retry(None), "dns"),
+            (Tls, retry(None), "tls"),
+            (Protocol, retry(None), "protocol"),
+            (MissingSecret, retry(None), "missing_secret"),
+            (
+                EgressDenied,
+                rejected(RejectReason::EgressDenied),
+                "egress_denied",
+            ),
+            (
+                PayloadTooLarge,
+                rejected(RejectReason::PayloadTooLarge),
+                "payload_too_large",
+            ),
+            (
+                InvalidUrl,
+                rejected(RejectReason::InvalidUrl),
+                "invalid_url",
+            ),
+        ];
+        for (kind, verdict, outcome) in cases {
+            let c = classify(&AttemptResult::Failed(*kind), at(NOW));
+            assert_eq!(c.verdict, *verdict, "{kind:?}");
+            assert_eq!(c.outcome, *outcome, "{kind:?}");
+            assert_eq!(c.status, None);
+        }
+    }
+
+    #[test]
+    fn reject_reason_labels() {
+        use RejectReason::*;
+        let cases = [
+            (Http4xx, "rejected_4xx"),
+            (Redirect, "redirect"),
+            (EgressDenied, "egress_denied"),
+            (PayloadTooLarge, "payload_too_large"),
+            (InvalidUrl, "invalid_url"),
+        ];
+        for (reason, label) in cases {
+            assert_eq!(reason.as_str(), label);
+        }
+    }
+
+    #[test]
+    fn retry_after_table() {
+        let week = MAX_RETRY_AFTER.as_secs();
+        let cases: &[(&str, Option<u64>)] = &[
+            ("120", Some(120)),
+            ("0", Some(0)),
+            (" 30 ", Some(30)),
+            ("604800", Some(week)),
+            ("604801", Some(week)),
+            ("99999999999999999999999", Some(week)),
+            // IMF-fixdate, 90 s after NOW.
+            ("Wed, 21 Oct 2015 07:29:30 GMT", Some(90)),
+            // RFC 850 and asctime forms of the same instant.
+            ("Wednesday, 21-Oct-15 07:29:30 GMT", Some(90)),
+            ("Wed Oct 21 07:29:30 2015", Some(90)),
+            // Exactly now and in the past: zero.
+            ("Wed, 21 Oct 2015 07:28:00 GMT", Some(0)),
+            ("Tue, 20 Oct 2015 07:28:00 GMT", Some(0)),
+            // A year out: clamped.
+            ("Fri, 21 Oct 2016 07:28:00 GMT", Some(week)),
+            ("", None),
+            ("   ", None),
+            ("-5", None),
+            ("1.5", None),
+            ("+5", None),
+            ("soon", None),
+            ("Wed, 21 Oct 2015 25:00:00 GMT", None),
+        ];
+        for (value, expected) in cases {
+            assert_eq!(
+                parse_retry_after(value, at(NOW)),
+                expected.map(Duration::from_secs),
+                "value {value:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn retries_on_429_after_http_date_retry_after() {
+        let c = classify(
+            &response(429, Some("Wed, 21 Oct 2015 07:30:00 GMT")),
+            at(NOW),
+        );
+        assert_eq!(c.verdict, retry(Some(120)));
+    }
+
+    #[test]
+    fn garbage_retry_after_still_retries_without_hint() {
+        let c = classify(&response(503, Some("later please")), at(NOW));
+        assert_eq!(c.verdict, retry(None));
+    }
+
+    #[test]
+    fn status_class_table() {
+        let cases = [
+            (0, "invalid"),
+            (99, "invalid"),
+            (100, "1xx"),
+            (199, "1xx"),
+            (200, "2xx"),
+            (302, "3xx"),
+            (404, "4xx"),
+            (599, "5xx"),
+            (600, "invalid"),
+        ];
+        for (status, class) in cases {
+            assert_eq!(status_class(status), class, "status {status}");
+        }
+    }
+
+    #[test]
+    fn outcome_set_is_exactly_what_classify_produces() {
+        use std::collections::BTreeSet;
+        use FailureKind::*;
+        let mut produced: BTreeSet<&str> = (0..=u16::MAX)
+            .map(|status| classify(&response(status, None), at(NOW)).outcome)
+            .collect();
+        let kinds = [
+            Timeout,
+            ConnectTimeout,
+            ConnectRefused,
+            ConnectionReset,
+            Dns,
+            Tls,
+            Protocol,
+            EgressDenied,
+            PayloadTooLarge,
+            MissingSecret,
+            InvalidUrl,
+        ];
+        produced.extend(
+            kinds
+                .iter()
+                .map(|k| classify(&AttemptResult::Failed(*k), at(NOW)).outcome),
+        );
+        let declared: BTreeSet<&str> = OUTCOMES.iter().copied().collect();
+        assert_eq!(
+            declared.len(),
+            OUTCOMES.len(),
+            "duplicate label in OUTCOMES"
+        );
+        assert_eq!(produced, declared);
+        assert_eq!(OUTCOMES.len(), 42);
+    }
+
+    proptest! {
+        #[test]
+        fn every_status_yields_a_known_outcome_and_consistent_verdict(
+            status in any::<u16>(),
+            hint in proptest::option::of("[0-9]{1,6}"),
+        ) {
+            let c = classify(&AttemptResult::Response { status, retry_after: hint.clone() }, at(NOW));
+            prop_assert!(OUTCOMES.contains(&c.outcome), "{}", c.outcome);
+            let class = status_class(status);
+            let (exact, by_class) = (format!("http_{status}"), format!("http_{class}"));
+            prop_assert!(c.outcome == exact || c.outcome == by_class, "{}", c.outcome);
+            match c.verdict {
+                Verdict::Delivered => prop_assert_eq!(class, "2xx"),
+                Verdict::Rejected { reason: RejectReason::Redirect } => prop_assert_eq!(class, "3xx"),
+                Verdict::Rejected { reason } => {
+                    prop_assert_eq!(reason, RejectReason::Http4xx);
+                    prop_assert_eq!(class, "4xx");
+                    prop_assert!(![408, 425, 429].contains(&status));
+                }
+                Verdict::Retry { retry_after } => {
+                    prop_assert!(!matches!(class, "2xx" | "3xx"));
+                    prop_assert!(class != "4xx" || [408, 425, 429].contains(&status));
+                    let expected = hint.map(|h| Duration::from_secs(h.parse().unwrap()).min(MAX_RETRY_AFTER));
+                    prop_assert_eq!(retry_after, expected);
+                }
+            }
+        }
+
+        #[test]
+        fn retry_after_is_bounded_and_never_panics(value in "\\PC{0,40}", now in 0u64..4_000_000_000) {
+            if let Some(d) = parse_retry_after(&value, at(now)) {
+                prop_assert!(d <= MAX_RETRY_AFTER);
+            }
+        }
+
+        #[test]
+        fn retry_after_http_date_is_relative_to_now(offset in 0u64..(8 * 24 * 3600), now in 0u64..4_000_000_000) {
+            let date = httpdate::fmt_http_date(at(now + offset));
+            let parsed = parse_retry_after(&date, at(now));
+            prop_assert_eq!(parsed, Some(Duration::from_secs(offset).min(MAX_RETRY_AFTER)));
+            let past = parse_retry_after(&date, at(now + offset + 1));
+            prop_assert_eq!(past, Some(Duration::ZERO));
+        }
+    }
+}

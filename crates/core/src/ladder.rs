@@ -1,0 +1,276 @@
+//! The retry ladder: a failed delivery is scheduled on the smallest tier whose delay
+//! covers both its ladder step and the receiver's `Retry-After`, never earlier than
+//! `now + delay`, and is exhausted after `max_attempts` attempts or when its next
+//! attempt would fall after `first_attempt_at + max_age`.
+//!
+//! Validated at construction: at least one tier, non-zero strictly increasing delays,
+//! unique topic-safe names, `max_attempts ≥ 1`, `max_age > 0`, every duration at most
+//! [`MAX_LADDER_DURATION`] (so time arithmetic cannot overflow for real clocks).
+
+use std::time::{Duration, SystemTime};
+
+/// Upper bound for any configured duration (tier delay, max age, max jitter).
+pub const MAX_LADDER_DURATION: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+
+/// Tier names become topic suffixes (`deliveries.<name>`); Kafka allows 249 bytes.
+const MAX_TIER_NAME_LEN: usize = 200;
+
+/// One rung: a topic whose every record waits the same `delay`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tier {
+    pub name: String,
+    pub delay: Duration,
+}
+
+impl Tier {
+    pub fn new(name: impl Into<String>, delay: Duration) -> Self {
+        Self {
+            name: name.into(),
+            delay,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LadderError {
+    #[error("the retry ladder needs at least one tier")]
+    NoTiers,
+    #[error("retry tier name `{name}` is invalid: use 1-{MAX_TIER_NAME_LEN} characters of A-Z a-z 0-9 . _ -")]
+    InvalidTierName { name: String },
+    #[error("retry tier name `{name}` appears twice")]
+    DuplicateTierName { name: String },
+    #[error("retry tier `{name}` has a zero delay")]
+    ZeroDelay { name: String },
+    #[error(
+        "retry tier `{name}` delay {delay:?} must be greater than the previous tier's {previous:?}"
+    )]
+    NotIncreasing {
+        name: String,
+        delay: Duration,
+        previous: Duration,
+    },
+    #[error("max_attempts must be at least 1")]
+    ZeroMaxAttempts,
+    #[error("max_age must be greater than zero")]
+    ZeroMaxAge,
+    #[error("{what} of {value:?} exceeds the limit of {MAX_LADDER_DURATION:?}")]
+    TooLong { what: &'static str, value: Duration },
+}
+
+/// Why retrying stopped. The dead letter's reason is `exhausted`; this says which bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExhaustReason {
+    MaxAttempts,
+    MaxAge,
+}
+
+impl ExhaustReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::MaxAttempts => "max_attempts",
+            Self::MaxAge => "max_age",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryDecision {
+    /// Write the delivery to `tiers()[tier]` with this `due_at`.
+    Retry { tier: usize, due_at: SystemTime },
+    /// Dead-letter it.
+    Exhausted { reason: ExhaustReason },
+}
+
+/// The retry policy. Construct with [`Ladder::new`] or [`Ladder::default`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ladder {
+    tiers: Vec<Tier>,
+    max_attempts: u32,
+    max_age: Duration,
+    max_jitter: Duration,
+}
+
+impl Default for Ladder {
+    /// retry-10s, retry-1m, retry-15m, retry-2h; 15 attempts; 24 h; 2 s jitter.
+    ///
+    /// Arithmetic, with every retry made on time: attempt 1 at 0, then 10 s, 1 m,
+    /// 15 m later (attempt 4 at 16 m 10 s), then every 2 h: attempt n ≥ 4 at
+    /// 16 m 10 s + (n − 4) × 2 h, so attempt 15 is at 22 h 16 m 10 s — about a day of
+    /// trying. After it fails `max_attempts` stops; the next attempt would have been
+    /// at 24 h 16 m 10 s, past `max_age`, so whichever bound a lagging dispatcher
+    /// reaches first, the delivery is dead-lettered after about a day, never earlier
+    /// than 22 h. The 2 s jitter is small next to the shortest tier (10 s), so a tier
+    /// partition's head stays within 2 s of its earliest due record.
+    fn default() -> Self {
+        let tiers = [
+            ("retry-10s", 10),
+            ("retry-1m", 60),
+            ("retry-15m", 900),
+            ("retry-2h", 7200),
+        ]
+        .into_iter()
+        .map(|(name, secs)| Tier::new(name, Duration::from_secs(secs)))
+        .collect();
+        Self::new(
+            tiers,
+            15,
+            Duration::from_secs(24 * 3600),
+            Duration::from_secs(2),
+        )
+        .expect("the default ladder is valid")
+    }
+}
+
+impl Ladder {
+    pub fn new(
+        tiers: Vec<Tier>,
+        max_attempts: u32,
+        max_age: Duration,
+        max_jitter: Duration,
+    ) -> Result<Self, LadderError> {
+        if tiers.is_empty() {
+            return Err(LadderError::NoTiers);
+        }
+        for (i, tier) in tiers.iter().enumerate() {
+            let name_ok = !tier.name.is_empty()
+                && tier.name.len() <= MAX_TIER_NAME_LEN
+                && tier
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            if !name_ok {
+                return Err(LadderError::InvalidTierName {
+                    name: tier.name.clone(),
+                });
+            }
+            if tiers[..i].iter().any(|t| t.name == tier.name) {
+                return Err(LadderError::DuplicateTierName {
+                    name: tier.name.clone(),
+                });
+            }
+            if tier.delay.is_zero() {
+                return Err(LadderError::ZeroDelay {
+                    name: tier.name.clone(),
+                });
+            }
+            check_bound("tier delay", tier.delay)?;
+            if let Some(prev) = i.checked_sub(1).map(|p| &tiers[p]) {
+                if tier.delay <= prev.delay {
+                    return Err(LadderError::NotIncreasing {
+                        name: tier.name.clone(),
+                        delay: tier.delay,
+                        previous: prev.delay,
+                    });
+                }
+            }
+        }
+        if max_attempts == 0 {
+            return Err(LadderError::ZeroMaxAttempts);
+        }
+        if max_age.is_zero() {
+            return Err(LadderError::ZeroMaxAge);
+        }
+        check_bound("max_age", max_age)?;
+        check_bound("max_jitter", max_jitter)?;
+        Ok(Self {
+            tiers,
+            max_attempts,
+            max_age,
+            max_jitter,
+        })
+    }
+
+    pub fn tiers(&self) -> &[Tier] {
+        &self.tiers
+    }
+
+    /// The index of the tier called `name`, e.g. to learn which tier a record came from.
+    pub fn tier_index(&self, name: &str) -> Option<usize> {
+        self.tiers.iter().position(|t| t.name == name)
+    }
+
+    pub fn max_attempts(&self) -> u32 {
+        self.max_attempts
+    }
+
+    pub fn max_age(&self) -> Duration {
+        self.max_age
+    }
+
+    pub fn max_jitter(&self) -> Duration {
+        self.max_jitter
+    }
+
+    /// Decides what follows a failed attempt that should be retried.
+    ///
+    /// - `attempts_made` counts attempts including the one that just failed
+    ///   (0 is treated as 1).
+    /// - Exhausted with `MaxAttempts` when `attempts_made ≥ max_attempts` (checked
+    ///   first), else with `MaxAge` when the computed `due_at` (jitter included) is
+    ///   after `first_attempt_at + max_age`. So a `Retry` is never due past the
+    ///   deadline; a due exactly at the deadline is still allowed.
+    /// - Otherwise the ladder step is tier `min(attempts_made − 1, last)`; the chosen
+    ///   tier is the first at or after the step whose delay ≥ `retry_after`, or the
+    ///   last tier when none covers it (a hint longer than the last tier is honoured
+    ///   only up to it, so one record cannot stall a tier partition for days).
+    /// - `due_at = now + tier.delay + max_jitter × jitter_unit`; `jitter_unit` is
+    ///   clamped to [0, 1] (NaN → 0), so jitter only ever delays, by ≤ `max_jitter`.
+    pub fn decide(
+        &self,
+        attempts_made: u32,
+        first_attempt_at: SystemTime,
+        now: SystemTime,
+        retry_after: Option<Duration>,
+        jitter_unit: f64,
+    ) -> RetryDecision {
+        if attempts_made >= self.max_attempts {
+            return RetryDecision::Exhausted {
+                reason: ExhaustReason::MaxAttempts,
+            };
+        }
+        let tier = self.covering_tier(self.step(attempts_made), retry_after);
+        let wait = self.tiers[tier].delay + self.jitter(jitter_unit);
+        let Some(due_at) = now.checked_add(wait) else {
+            // Only reachable with a clock near the end of representable time.
+            return RetryDecision::Exhausted {
+                reason: ExhaustReason::MaxAge,
+            };
+        };
+        match first_attempt_at.checked_add(self.max_age) {
+            Some(deadline) if due_at > deadline => RetryDecision::Exhausted {
+                reason: ExhaustReason::MaxAge,
+            },
+            _ => RetryDecision::Retry { tier, due_at },
+        }
+    }
+
+    fn step(&self, attempts_made: u32) -> usize {
+        let last = self.tiers.len() - 1;
+        usize::try_from(attempts_made.max(1) - 1).map_or(last, |s| s.min(last))
+    }
+
+    fn covering_tier(&self, step: usize, retry_after: Option<Duration>) -> usize {
+        let hint = retry_after.unwrap_or(Duration::ZERO);
+        (step..self.tiers.len())
+            .find(|&i| self.tiers[i].delay >= hint)
+            .unwrap_or(self.tiers.len() - 1)
+    }
+
+    fn jitter(&self, unit: f64) -> Duration {
+        let unit = if unit >= 0.0 { unit.min(1.0) } else { 0.0 };
+        // `as` saturates; max_jitter ≤ MAX_LADDER_DURATION keeps this far below u64::MAX.
+        let nanos = (self.max_jitter.as_nanos() as f64 * unit) as u64;
+        Duration::from_nanos(nanos).min(self.max_jitter)
+    }
+}
+
+fn check_bound(what: &'static str, value: Duration) -> Result<(), LadderError> {
+    if value > MAX_LADDER_DURATION {
+        return Err(LadderError::TooLong { what, value });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "ladder_tests.rs"]
+mod tests;

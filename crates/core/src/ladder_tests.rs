@@ -1,0 +1,382 @@
+use proptest::prelude::*;
+
+use super::*;
+
+const T0: u64 = 1_700_000_000;
+
+fn at(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}
+
+fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// 10 s, 60 s, 900 s, 7200 s; no jitter; effectively unbounded attempts and age.
+fn plain() -> Ladder {
+    let tiers = Ladder::default().tiers().to_vec();
+    Ladder::new(tiers, 1000, MAX_LADDER_DURATION, Duration::ZERO).unwrap()
+}
+
+fn retry(tier: usize, due: u64) -> RetryDecision {
+    RetryDecision::Retry {
+        tier,
+        due_at: at(due),
+    }
+}
+
+#[test]
+fn default_ladder_shape() {
+    let l = Ladder::default();
+    let names: Vec<_> = l.tiers().iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["retry-10s", "retry-1m", "retry-15m", "retry-2h"]);
+    let delays: Vec<_> = l.tiers().iter().map(|t| t.delay.as_secs()).collect();
+    assert_eq!(delays, [10, 60, 900, 7200]);
+    assert_eq!(l.max_attempts(), 15);
+    assert_eq!(l.max_age(), secs(24 * 3600));
+    assert_eq!(l.max_jitter(), secs(2));
+    assert_eq!(l.tier_index("retry-15m"), Some(2));
+    assert_eq!(l.tier_index("retry-3h"), None);
+}
+
+#[test]
+fn decide_table() {
+    let l = plain();
+    let now = T0 + 100;
+    // (attempts_made, retry_after secs, expected)
+    let cases: &[(u32, Option<u64>, RetryDecision)] = &[
+        (0, None, retry(0, now + 10)),
+        (1, None, retry(0, now + 10)),
+        (2, None, retry(1, now + 60)),
+        (3, None, retry(2, now + 900)),
+        (4, None, retry(3, now + 7200)),
+        (5, None, retry(3, now + 7200)),
+        (999, None, retry(3, now + 7200)),
+        // Retry-After lifts to the smallest covering tier.
+        (1, Some(0), retry(0, now + 10)),
+        (1, Some(10), retry(0, now + 10)),
+        (1, Some(11), retry(1, now + 60)),
+        (1, Some(120), retry(2, now + 900)),
+        (2, Some(5), retry(1, now + 60)),
+        (1, Some(3600), retry(3, now + 7200)),
+        // Longer than the last tier: the last tier.
+        (1, Some(86_400), retry(3, now + 7200)),
+        (4, Some(86_400), retry(3, now + 7200)),
+    ];
+    for (attempts, hint, expected) in cases {
+        let got = l.decide(*attempts, at(T0), at(now), hint.map(secs), 0.0);
+        assert_eq!(got, *expected, "attempts {attempts}, hint {hint:?}");
+    }
+}
+
+#[test]
+fn exhaustion_table() {
+    let tiers = vec![Tier::new("a", secs(10)), Tier::new("b", secs(100))];
+    let l = Ladder::new(tiers, 5, secs(1000), secs(4)).unwrap();
+    let exhausted = |reason| RetryDecision::Exhausted { reason };
+    // (attempts_made, now offset from T0, hint, jitter_unit, expected)
+    let cases: &[(u32, u64, Option<u64>, f64, RetryDecision)] = &[
+        (4, 0, None, 0.0, retry(1, T0 + 100)),
+        (5, 0, None, 0.0, exhausted(ExhaustReason::MaxAttempts)),
+        (6, 0, None, 0.0, exhausted(ExhaustReason::MaxAttempts)),
+        // Attempt count wins over age when both are exceeded.
+        (5, 5000, None, 0.0, exhausted(ExhaustReason::MaxAttempts)),
+        // Due exactly at the deadline is allowed; one second later is not.
+        (1, 990, None, 0.0, retry(0, T0 + 1000)),
+        (1, 991, None, 0.0, exhausted(ExhaustReason::MaxAge)),
+        // Jitter counts: 988 + 10 + 2 = 1000 fits, 988 + 10 + 4 does not.
+        (1, 988, None, 0.5, retry(0, T0 + 1000)),
+        (1, 988, None, 1.0, exhausted(ExhaustReason::MaxAge)),
+        // A hint that lifts the tier past the deadline exhausts.
+        (1, 950, Some(50), 0.0, exhausted(ExhaustReason::MaxAge)),
+    ];
+    for (attempts, offset, hint, unit, expected) in cases {
+        let got = l.decide(*attempts, at(T0), at(T0 + offset), hint.map(secs), *unit);
+        assert_eq!(
+            got, *expected,
+            "attempts {attempts}, offset {offset}, hint {hint:?}, jitter {unit}"
+        );
+    }
+}
+
+#[test]
+fn jitter_is_clamped_to_unit_interval() {
+    let tiers = vec![Tier::new("a", secs(10))];
+    let l = Ladder::new(tiers, 10, secs(3600), secs(4)).unwrap();
+    let cases: &[(f64, u64)] = &[
+        (0.0, 10_000),
+        (0.25, 11_000),
+        (0.999, 13_996),
+        (1.0, 14_000),
+        (7.0, 14_000),
+        (f64::INFINITY, 14_000),
+        (-0.5, 10_000),
+        (f64::NEG_INFINITY, 10_000),
+        (f64::NAN, 10_000),
+    ];
+    for (unit, millis) in cases {
+        let got = l.decide(1, at(T0), at(T0), None, *unit);
+        let due = at(T0) + Duration::from_millis(*millis);
+        assert_eq!(
+            got,
+            RetryDecision::Retry {
+                tier: 0,
+                due_at: due
+            },
+            "unit {unit}"
+        );
+    }
+}
+
+#[test]
+fn default_ladder_gives_about_a_day_of_attempts() {
+    let l = Ladder::default();
+    let mut now = at(T0);
+    let mut attempts = 1;
+    let mut times = vec![0];
+    let reason = loop {
+        match l.decide(attempts, at(T0), now, None, 0.0) {
+            RetryDecision::Retry { due_at, .. } => {
+                now = due_at;
+                attempts += 1;
+                times.push(now.duration_since(at(T0)).unwrap().as_secs());
+            }
+            RetryDecision::Exhausted { reason } => break reason,
+        }
+    };
+    assert_eq!(attempts, 15);
+    assert_eq!(reason, ExhaustReason::MaxAttempts);
+    assert_eq!(&times[..5], &[0, 10, 70, 970, 8170]);
+    assert_eq!(*times.last().unwrap(), 970 + 11 * 7200); // 22 h 16 m 10 s
+                                                         // Had max_attempts allowed one more, max_age would have stopped it.
+    let unlimited = Ladder::new(l.tiers().to_vec(), 100, l.max_age(), Duration::ZERO).unwrap();
+    assert_eq!(
+        unlimited.decide(15, at(T0), now, None, 0.0),
+        RetryDecision::Exhausted {
+            reason: ExhaustReason::MaxAge
+        }
+    );
+}
+
+#[test]
+fn validation_table() {
+    let t = |name: &str, s: u64| Tier::new(name, secs(s));
+    let day = secs(86_400);
+    let too_long = MAX_LADDER_DURATION + secs(1);
+    // (tiers, max_attempts, max_age, max_jitter, expected error)
+    type Case = (Vec<Tier>, u32, Duration, Duration, Option<LadderError>);
+    let cases: Vec<Case> = vec![
+        (vec![t("a", 1)], 1, secs(1), Duration::ZERO, None),
+        (
+            vec![t("r.10s_x-1", 1), t("b", 2)],
+            3,
+            day,
+            MAX_LADDER_DURATION,
+            None,
+        ),
+        (vec![], 3, day, secs(1), Some(LadderError::NoTiers)),
+        (
+            vec![t("", 1)],
+            3,
+            day,
+            secs(1),
+            Some(LadderError::InvalidTierName { name: "".into() }),
+        ),
+        (
+            vec![t("a/b", 1)],
+            3,
+            day,
+            secs(1),
+            Some(LadderError::InvalidTierName { name: "a/b".into() }),
+        ),
+        (
+            vec![t(&"x".repeat(201), 1)],
+            3,
+            day,
+            secs(1),
+            Some(LadderError::InvalidTierName {
+                name: "x".repeat(201),
+            }),
+        ),
+        (
+            vec![t("a", 1), t("a", 2)],
+            3,
+            day,
+            secs(1),
+            Some(LadderError::DuplicateTierName { name: "a".into() }),
+        ),
+        (
+            vec![t("a", 0)],
+            3,
+            day,
+            secs(1),
+            Some(LadderError::ZeroDelay { name: "a".into() }),
+        ),
+        (
+            vec![t("a", 10), t("b", 10)],
+            3,
+            day,
+            secs(1),
+            Some(LadderError::NotIncreasing {
+                name: "b".into(),
+                delay: secs(10),
+                previous: secs(10),
+            }),
+        ),
+        (
+            vec![t("a", 10), t("b", 5)],
+            3,
+            day,
+            secs(1),
+            Some(LadderError::NotIncreasing {
+                name: "b".into(),
+                delay: secs(5),
+                previous: secs(10),
+            }),
+        ),
+        (
+            vec![t("a", 1)],
+            0,
+            day,
+            secs(1),
+            Some(LadderError::ZeroMaxAttempts),
+        ),
+        (
+            vec![t("a", 1)],
+            3,
+            Duration::ZERO,
+            secs(1),
+            Some(LadderError::ZeroMaxAge),
+        ),
+        (
+            vec![Tier::new("a", too_long)],
+            3,
+            day,
+            secs(1),
+            Some(LadderError::TooLong {
+                what: "tier delay",
+                value: too_long,
+            }),
+        ),
+        (
+            vec![t("a", 1)],
+            3,
+            too_long,
+            secs(1),
+            Some(LadderError::TooLong {
+                what: "max_age",
+                value: too_long,
+            }),
+        ),
+        (
+            vec![t("a", 1)],
+            3,
+            day,
+            too_long,
+            Some(LadderError::TooLong {
+                what: "max_jitter",
+                value: too_long,
+            }),
+        ),
+    ];
+    for (tiers, attempts, age, jitter, expected) in cases {
+        let got = Ladder::new(tiers.clone(), attempts, age, jitter).err();
+        assert_eq!(got, expected, "tiers {tiers:?}");
+    }
+}
+
+fn ladder_strategy() -> impl Strategy<Value = Ladder> {
+    (
+        prop::collection::btree_set(1u64..100_000, 1..6),
+        1u32..40,
+        1u64..1_000_000,
+        0u64..10_000,
+    )
+        .prop_map(|(delays, attempts, age, jitter)| {
+            let tiers = delays
+                .into_iter()
+                .enumerate()
+                .map(|(i, d)| Tier::new(format!("t{i}"), Duration::from_millis(d)))
+                .collect();
+            Ladder::new(
+                tiers,
+                attempts,
+                Duration::from_millis(age),
+                Duration::from_millis(jitter),
+            )
+            .unwrap()
+        })
+}
+
+proptest! {
+    #[test]
+    fn retry_is_never_early_and_tier_is_minimal(
+        l in ladder_strategy(),
+        attempts in 0u32..60,
+        hint_ms in proptest::option::of(0u64..200_000),
+        age_used_ms in 0u64..1_000_000,
+        unit in 0.0f64..1.0,
+    ) {
+        let now = at(T0) + Duration::from_millis(age_used_ms);
+        let hint = hint_ms.map(Duration::from_millis);
+        let tiers = l.tiers();
+        let last = tiers.len() - 1;
+        let step = (attempts.max(1) as usize - 1).min(last);
+        let need = hint.unwrap_or(Duration::ZERO).max(tiers[step].delay);
+        // Oracle: the first tier at or after the step covering the hint, else the last.
+        let oracle = (step..=last).find(|&i| tiers[i].delay >= need).unwrap_or(last);
+        let deadline = at(T0) + l.max_age();
+        let earliest = now + tiers[oracle].delay;
+        let latest = earliest + l.max_jitter();
+        match l.decide(attempts, at(T0), now, hint, unit) {
+            RetryDecision::Retry { tier, due_at } => {
+                prop_assert!(attempts < l.max_attempts());
+                prop_assert_eq!(tier, oracle);
+                prop_assert!(tier >= step);
+                prop_assert!(due_at >= now + tiers[step].delay);
+                prop_assert!(due_at >= earliest && due_at <= latest);
+                prop_assert!(due_at <= deadline);
+                if need <= tiers[last].delay {
+                    prop_assert!(due_at >= now + need);
+                }
+            }
+            RetryDecision::Exhausted { reason: ExhaustReason::MaxAttempts } => {
+                prop_assert!(attempts >= l.max_attempts());
+            }
+            RetryDecision::Exhausted { reason: ExhaustReason::MaxAge } => {
+                prop_assert!(attempts < l.max_attempts());
+                prop_assert!(latest > deadline);
+            }
+        }
+        // Whenever even the earliest possible due misses the deadline, it is exhausted;
+        // whenever even the latest fits, it is retried.
+        let decision = l.decide(attempts, at(T0), now, hint, unit);
+        if attempts < l.max_attempts() && earliest > deadline {
+            prop_assert_eq!(decision, RetryDecision::Exhausted { reason: ExhaustReason::MaxAge });
+        }
+        if attempts < l.max_attempts() && latest <= deadline {
+            let is_retry = matches!(decision, RetryDecision::Retry { .. });
+            prop_assert!(is_retry);
+        }
+    }
+
+    #[test]
+    fn tier_is_monotone_in_attempts(
+        l in ladder_strategy(),
+        hint_ms in proptest::option::of(0u64..200_000),
+        unit in 0.0f64..1.0,
+    ) {
+        let l = Ladder::new(l.tiers().to_vec(), u32::MAX, MAX_LADDER_DURATION, l.max_jitter()).unwrap();
+        let hint = hint_ms.map(Duration::from_millis);
+        let mut previous = 0;
+        for attempts in 1..(l.tiers().len() as u32 + 3) {
+            match l.decide(attempts, at(T0), at(T0), hint, unit) {
+                RetryDecision::Retry { tier, .. } => {
+                    prop_assert!(tier >= previous, "attempt {attempts}: tier {tier} < {previous}");
+                    previous = tier;
+                }
+                other => prop_assert!(false, "unexpected {other:?}"),
+            }
+        }
+    }
+}

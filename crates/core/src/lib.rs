@@ -1,0 +1,20 @@
+//! Pure decisions of hookline: classification, retry ladder, due scheduling,
+//! offset watermarks, fair lanes and subscription matching. No I/O and no clock
+//! reads: `now` and jitter are arguments, so every decision is exactly testable.
+
+pub mod classify;
+pub mod due;
+pub mod ladder;
+pub mod lanes;
+pub mod matching;
+pub mod watermark;
+
+pub use classify::{
+    classify, parse_retry_after, status_class, AttemptResult, Classification, FailureKind,
+    RejectReason, Verdict, MAX_RETRY_AFTER, OUTCOMES,
+};
+pub use due::{head_decision, DueTimers, HeadDecision};
+pub use ladder::{ExhaustReason, Ladder, LadderError, RetryDecision, Tier, MAX_LADDER_DURATION};
+pub use lanes::{Flow, Job, LaneError, LaneKey, LaneLimits, Lanes, Started};
+pub use matching::{EventTypeFilter, EventTypePattern, PatternError, MAX_PATTERN_LEN};
+pub use watermark::{PartitionWatermark, WatermarkError};

@@ -1,0 +1,21 @@
+//! `hookline-dispatcher`: parses flags and environment, sets up logging, runs.
+
+use clap::Parser;
+
+/// hookline dispatcher service.
+#[derive(Debug, Parser)]
+#[command(name = "hookline-dispatcher", version, about)]
+struct Cli {
+    #[command(flatten)]
+    config: hookline_dispatcher::Config,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let common = &cli.config.common;
+    hookline_runtime::telemetry::init_logging(&common.log, common.log_format)?;
+    let shutdown = hookline_runtime::shutdown::on_signals();
+    hookline_dispatcher::run(cli.config, shutdown).await?;
+    Ok(())
+}

@@ -1,0 +1,29 @@
+//! The hookline contract: record types, the Avro single-object codec, delivery ids and
+//! topic names. Every byte hookline writes to Kafka is produced and read through this crate,
+//! and `schemas/*.avsc` at the repository root are the source of truth it is tested against.
+//!
+//! - [`records`]: the Rust types, field for field the schemas.
+//! - [`schema`]: the schemas, their fingerprints and the registry of known writer versions.
+//! - [`codec`]: `C3 01` + fingerprint + datum; [`encode`] and [`decode`].
+//! - [`ids`]: [`delivery_id`], the stable `webhook-id`.
+//! - [`topics`]: [`Topics`], every topic name from a prefix and the retry ladder.
+//!
+//! No Kafka and no async here: other crates build on these values.
+
+pub mod codec;
+mod guard;
+pub mod ids;
+pub mod records;
+pub mod schema;
+pub mod topics;
+
+pub use codec::{
+    decode, encode, fingerprint_of, kind_of, DatumError, DecodeError, HEADER_LEN, MAGIC,
+};
+pub use ids::{delivery_id, DELIVERY_ID_NAMESPACE, DELIVERY_ID_PREFIX};
+pub use records::{
+    bounded_detail, DeadLetter, Delivery, DomainEvent, QuarantineReason, QuarantinedEvent,
+    QuarantinedHeader, Record, ReplayOf, Subscription, MAX_DETAIL_BYTES,
+};
+pub use schema::{crc64_avro, KnownSchema, RecordKind, Registry, SchemaError};
+pub use topics::{TopicError, Topics, DEFAULT_RETRY_TIERS};

@@ -1,0 +1,295 @@
+//! The record types of the contract. Each struct matches its `schemas/*.avsc` field for field
+//! (names, order, types); timestamps are `i64` milliseconds since the Unix epoch (UTC), and
+//! Avro `["null", T]` unions are `Option<T>`. The round-trip tests hold them to the schemas.
+
+use std::collections::BTreeMap;
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::schema::{KnownSchema, RecordKind, Registry};
+
+/// A record type of the contract: a Rust type with the Avro schema it is written and read with.
+pub trait Record: Serialize + DeserializeOwned {
+    /// Which contract record this is; decoding refuses bytes written for another record.
+    const KIND: RecordKind;
+
+    /// The schema this type is written with, and the reader schema it is decoded into.
+    /// Defaults to the current schema in `schemas/`.
+    fn schema() -> &'static KnownSchema {
+        Registry::global().current(Self::KIND)
+    }
+}
+
+/// A domain event on `events` (`schemas/domain_event.avsc`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainEvent {
+    /// Producer-chosen, stable identifier; duplicates carry the same id.
+    pub event_id: String,
+    /// Owning tenant; the Kafka key.
+    pub tenant_id: String,
+    /// Dotted type such as `invoice.paid`.
+    pub event_type: String,
+    /// When it happened, ms since the Unix epoch.
+    pub occurred_at: i64,
+    /// Media type of `payload`.
+    pub content_type: String,
+    /// The exact request body.
+    #[serde(with = "apache_avro::serde_avro_bytes")]
+    pub payload: Vec<u8>,
+    /// Free-form attributes; empty when there are none. Sorted, so encoding is deterministic.
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
+}
+
+impl Record for DomainEvent {
+    const KIND: RecordKind = RecordKind::DomainEvent;
+}
+
+/// A subscription on the compacted `subscriptions` topic (`schemas/subscription.avsc`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Subscription {
+    /// Stable identifier; the Kafka key.
+    pub subscription_id: String,
+    /// Owning tenant.
+    pub tenant_id: String,
+    /// Endpoint URL.
+    pub url: String,
+    /// Exact event types and `prefix.*` patterns.
+    pub event_types: Vec<String>,
+    /// Name of the signing secret(s); never the secret.
+    pub secret_ref: String,
+    /// False pauses the subscription.
+    pub enabled: bool,
+    /// Concurrent attempts allowed to this endpoint; 1 keeps order.
+    pub max_in_flight: i32,
+    /// Optional attempts-per-second cap.
+    #[serde(default)]
+    pub rate_limit_per_s: Option<f64>,
+    /// Monotonic version; the highest wins.
+    pub version: i64,
+    /// When this version was written, ms since the Unix epoch.
+    pub updated_at: i64,
+}
+
+impl Record for Subscription {
+    const KIND: RecordKind = RecordKind::Subscription;
+}
+
+/// Lineage of a replayed delivery: where its dead letter was stored.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplayOf {
+    /// Topic of the dead letter.
+    pub topic: String,
+    /// Partition of the dead letter.
+    pub partition: i32,
+    /// Offset of the dead letter.
+    pub offset: i64,
+}
+
+/// One event for one subscription, on `deliveries` and the retry tiers
+/// (`schemas/delivery.avsc`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    /// [`crate::delivery_id`] of (event_id, subscription_id); the `webhook-id`.
+    pub delivery_id: String,
+    /// The event's id.
+    pub event_id: String,
+    /// Owning tenant; the Kafka key.
+    pub tenant_id: String,
+    /// Target subscription.
+    pub subscription_id: String,
+    /// The event's type.
+    pub event_type: String,
+    /// The event's time, ms since the Unix epoch.
+    pub occurred_at: i64,
+    /// The event's media type.
+    pub content_type: String,
+    /// The exact request body.
+    #[serde(with = "apache_avro::serde_avro_bytes")]
+    pub payload: Vec<u8>,
+    /// The event's attributes.
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
+    /// Attempts already made.
+    pub attempt: i32,
+    /// When fan-out created it, ms since the Unix epoch.
+    pub created_at: i64,
+    /// Earliest next attempt, ms since the Unix epoch.
+    pub due_at: i64,
+    /// Start of the first attempt, if any.
+    #[serde(default)]
+    pub first_attempt_at: Option<i64>,
+    /// Start of the latest attempt, if any.
+    #[serde(default)]
+    pub last_attempt_at: Option<i64>,
+    /// Bounded classification of the latest attempt (`http_503`, `timeout`, ...).
+    #[serde(default)]
+    pub last_outcome: Option<String>,
+    /// Retry policy version that scheduled this attempt.
+    #[serde(default)]
+    pub policy_version: Option<String>,
+    /// Set when this delivery is a replay of a dead letter.
+    #[serde(default)]
+    pub replay_of: Option<ReplayOf>,
+}
+
+impl Record for Delivery {
+    const KIND: RecordKind = RecordKind::Delivery;
+}
+
+/// A delivery that will not be attempted again, on `deliveries.dlq`
+/// (`schemas/dead_letter.avsc`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// The delivery as it stood.
+    pub delivery: Delivery,
+    /// `exhausted`, `rejected_4xx`, `egress_denied`, `payload_too_large`, ...
+    pub reason: String,
+    /// HTTP status of the last attempt, if it got one.
+    #[serde(default)]
+    pub last_status: Option<i32>,
+    /// When it was dead-lettered, ms since the Unix epoch.
+    pub dead_at: i64,
+    /// Retry policy version that decided it.
+    pub policy_version: String,
+    /// Optional detail, at most [`MAX_DETAIL_BYTES`] (see [`bounded_detail`]).
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+impl Record for DeadLetter {
+    const KIND: RecordKind = RecordKind::DeadLetter;
+}
+
+/// One Kafka header of a quarantined record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantinedHeader {
+    /// Header name.
+    pub name: String,
+    /// Header value, if it had one.
+    #[serde(default, with = "apache_avro::serde_avro_bytes_opt")]
+    pub value: Option<Vec<u8>>,
+}
+
+/// An undecodable or unusable record from `events`, kept byte for byte on
+/// `events.quarantine` (`schemas/quarantined_event.avsc`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantinedEvent {
+    /// The original key, if any.
+    #[serde(default, with = "apache_avro::serde_avro_bytes_opt")]
+    pub key: Option<Vec<u8>>,
+    /// The original value.
+    #[serde(with = "apache_avro::serde_avro_bytes")]
+    pub value: Vec<u8>,
+    /// The original headers, in order.
+    #[serde(default)]
+    pub headers: Vec<QuarantinedHeader>,
+    /// A [`QuarantineReason`] as a string.
+    pub reason: String,
+    /// Detail of the reason, at most [`MAX_DETAIL_BYTES`] (see [`bounded_detail`]).
+    pub detail: String,
+    /// Where the original was read from.
+    pub source_topic: String,
+    /// Partition of the original.
+    pub source_partition: i32,
+    /// Offset of the original.
+    pub source_offset: i64,
+    /// When it was quarantined, ms since the Unix epoch.
+    pub quarantined_at: i64,
+}
+
+impl Record for QuarantinedEvent {
+    const KIND: RecordKind = RecordKind::QuarantinedEvent;
+}
+
+/// Why a record was quarantined: the `reason` of a [`QuarantinedEvent`] and a metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuarantineReason {
+    /// Too short or no `C3 01` magic: not single-object Avro.
+    NotAvro,
+    /// Avro framing, but a writer fingerprint no known schema has.
+    UnknownFingerprint,
+    /// A known schema, but of another record type than the topic carries.
+    WrongRecord,
+    /// The datum does not decode with its writer schema.
+    BadDatum,
+    /// Larger than the configured maximum.
+    PayloadTooLarge,
+}
+
+impl QuarantineReason {
+    /// Every reason, for metric pre-registration and tests.
+    pub const ALL: [QuarantineReason; 5] = [
+        Self::NotAvro,
+        Self::UnknownFingerprint,
+        Self::WrongRecord,
+        Self::BadDatum,
+        Self::PayloadTooLarge,
+    ];
+
+    /// The wire and label form: `not_avro`, `unknown_fingerprint`, `wrong_record`,
+    /// `bad_datum`, `payload_too_large`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotAvro => "not_avro",
+            Self::UnknownFingerprint => "unknown_fingerprint",
+            Self::WrongRecord => "wrong_record",
+            Self::BadDatum => "bad_datum",
+            Self::PayloadTooLarge => "payload_too_large",
+        }
+    }
+}
+
+impl std::fmt::Display for QuarantineReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Upper bound, in UTF-8 bytes, of `DeadLetter.detail` and `QuarantinedEvent.detail`.
+pub const MAX_DETAIL_BYTES: usize = 1024;
+
+/// Truncates `detail` to at most [`MAX_DETAIL_BYTES`] bytes on a character boundary.
+pub fn bounded_detail(detail: &str) -> String {
+    if detail.len() <= MAX_DETAIL_BYTES {
+        return detail.to_owned();
+    }
+    let mut end = MAX_DETAIL_BYTES;
+    while !detail.is_char_boundary(end) {
+        end -= 1;
+    }
+    detail[..end].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_detail_keeps_short_text_and_cuts_on_char_boundary() {
+        assert_eq!(bounded_detail("timeout"), "timeout");
+        let long = "é".repeat(MAX_DETAIL_BYTES); // 2 bytes each
+        let cut = bounded_detail(&long);
+        assert!(cut.len() <= MAX_DETAIL_BYTES);
+        assert_eq!(cut.len(), MAX_DETAIL_BYTES);
+        let odd = format!("a{long}");
+        let cut = bounded_detail(&odd);
+        assert_eq!(cut.len(), MAX_DETAIL_BYTES - 1);
+        assert!(cut.starts_with('a'));
+    }
+
+    #[test]
+    fn quarantine_reasons_are_snake_case_labels() {
+        let labels: Vec<_> = QuarantineReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "not_avro",
+                "unknown_fingerprint",
+                "wrong_record",
+                "bad_datum",
+                "payload_too_large"
+            ]
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! Topic names: the one place every hookline topic name is spelled.
+//!
+//! Guarantees: a [`Topics`] exists only if every name it hands out is a legal Kafka topic
+//! (`[a-zA-Z0-9._-]`, 1..=249 characters, not `.` or `..`) and the retry tiers are distinct,
+//! so a bad prefix or ladder fails at start-up, not at the first produce.
+
+use std::fmt;
+
+/// The default retry ladder's tier names, shortest delay first.
+pub const DEFAULT_RETRY_TIERS: [&str; 4] = ["retry-10s", "retry-1m", "retry-15m", "retry-2h"];
+
+/// Kafka's maximum topic name length.
+pub const MAX_TOPIC_LEN: usize = 249;
+
+/// Why a prefix or tier name cannot make legal topic names.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicError {
+    /// A character outside `[a-zA-Z0-9._-]`.
+    #[error(
+        "{what} `{value}` has illegal character {ch:?}; topic names allow only [a-zA-Z0-9._-]"
+    )]
+    IllegalChar {
+        /// `prefix` or `retry tier`.
+        what: &'static str,
+        /// The offending value.
+        value: String,
+        /// The first illegal character.
+        ch: char,
+    },
+    /// A retry tier with an empty name.
+    #[error("retry tier name is empty")]
+    EmptyTier,
+    /// The same tier twice.
+    #[error("retry tier `{tier}` is listed twice")]
+    DuplicateTier {
+        /// The repeated tier.
+        tier: String,
+    },
+    /// A resulting topic name longer than Kafka allows.
+    #[error("topic name `{topic}` is {len} characters; Kafka allows at most 249")]
+    TooLong {
+        /// The name that would result.
+        topic: String,
+        /// Its length.
+        len: usize,
+    },
+}
+
+/// Every topic name, `{prefix}{name}`, for one prefix and retry ladder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topics {
+    prefix: String,
+    events: String,
+    subscriptions: String,
+    deliveries: String,
+    retries: Vec<(String, String)>,
+    dlq: String,
+    quarantine: String,
+}
+
+impl Default for Topics {
+    /// No prefix and [`DEFAULT_RETRY_TIERS`].
+    fn default() -> Self {
+        Self::build(String::new(), &DEFAULT_RETRY_TIERS)
+    }
+}
+
+impl Topics {
+    /// Topic names for `prefix` (may be empty) and the retry tiers, in ladder order.
+    pub fn new<S: AsRef<str>>(prefix: &str, tiers: &[S]) -> Result<Self, TopicError> {
+        check_chars("prefix", prefix)?;
+        for (i, tier) in tiers.iter().enumerate() {
+            let tier = tier.as_ref();
+            if tier.is_empty() {
+                return Err(TopicError::EmptyTier);
+            }
+            check_chars("retry tier", tier)?;
+            if tiers[..i].iter().any(|t| t.as_ref() == tier) {
+                return Err(TopicError::DuplicateTier {
+                    tier: tier.to_owned(),
+                });
+            }
+        }
+        let topics = Self::build(prefix.to_owned(), tiers);
+        for topic in topics.all() {
+            if topic.len() > MAX_TOPIC_LEN {
+                return Err(TopicError::TooLong {
+                    topic: topic.to_owned(),
+                    len: topic.len(),
+                });
+            }
+        }
+        Ok(topics)
+    }
+
+    /// Topic names for `prefix` with [`DEFAULT_RETRY_TIERS`].
+    pub fn with_prefix(prefix: &str) -> Result<Self, TopicError> {
+        Self::new(prefix, &DEFAULT_RETRY_TIERS)
+    }
+
+    fn build<S: AsRef<str>>(prefix: String, tiers: &[S]) -> Self {
+        let name = |n: &str| format!("{prefix}{n}");
+        Self {
+            events: name("events"),
+            subscriptions: name("subscriptions"),
+            deliveries: name("deliveries"),
+            retries: tiers
+                .iter()
+                .map(|t| {
+                    (
+                        t.as_ref().to_owned(),
+                        name(&format!("deliveries.{}", t.as_ref())),
+                    )
+                })
+                .collect(),
+            dlq: name("deliveries.dlq"),
+            quarantine: name("events.quarantine"),
+            prefix,
+        }
+    }
+
+    /// The prefix every name starts with.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `{prefix}events`: domain events from upstream.
+    pub fn events(&self) -> &str {
+        &self.events
+    }
+
+    /// `{prefix}subscriptions`: the compacted subscription table.
+    pub fn subscriptions(&self) -> &str {
+        &self.subscriptions
+    }
+
+    /// `{prefix}deliveries`: the ready queue of first attempts.
+    pub fn deliveries(&self) -> &str {
+        &self.deliveries
+    }
+
+    /// `{prefix}deliveries.{tier}` for a tier of the ladder, or `None` if it is not one.
+    pub fn retry(&self, tier: &str) -> Option<&str> {
+        self.retries
+            .iter()
+            .find(|(t, _)| t == tier)
+            .map(|(_, topic)| topic.as_str())
+    }
+
+    /// `(tier, topic)` for every tier, in ladder order.
+    pub fn retries(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
+        self.retries
+            .iter()
+            .map(|(t, topic)| (t.as_str(), topic.as_str()))
+    }
+
+    /// `{prefix}deliveries.dlq`: dead letters.
+    pub fn dlq(&self) -> &str {
+        &self.dlq
+    }
+
+    /// `{prefix}events.quarantine`: undecodable events.
+    pub fn quarantine(&self) -> &str {
+        &self.quarantine
+    }
+
+    /// Every topic: events, subscriptions, deliveries, each retry tier, dlq, quarantine.
+    pub fn all(&self) -> Vec<&str> {
+        let mut all = vec![self.events(), self.subscriptions(), self.deliveries()];
+        all.extend(self.retries().map(|(_, topic)| topic));
+        all.extend([self.dlq(), self.quarantine()]);
+        all
+    }
+
+    /// Every topic the dispatcher consumes: deliveries and each retry tier.
+    pub fn dispatcher_inputs(&self) -> Vec<&str> {
+        let mut inputs = vec![self.deliveries()];
+        inputs.extend(self.retries().map(|(_, topic)| topic));
+        inputs
+    }
+}
+
+impl fmt::Display for Topics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.all().join(","))
+    }
+}
+
+fn check_chars(what: &'static str, value: &str) -> Result<(), TopicError> {
+    match value
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        Some(ch) => Err(TopicError::IllegalChar {
+            what,
+            value: value.to_owned(),
+            ch,
+        }),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_topics_have_no_prefix_and_the_default_ladder() {
+        let t = Topics::default();
+        assert_eq!(
+            t.all(),
+            [
+                "events",
+                "subscriptions",
+                "deliveries",
+                "deliveries.retry-10s",
+                "deliveries.retry-1m",
+                "deliveries.retry-15m",
+                "deliveries.retry-2h",
+                "deliveries.dlq",
+                "events.quarantine",
+            ]
+        );
+        assert_eq!(t, Topics::with_prefix("").unwrap());
+        assert_eq!(t.retry("retry-1m"), Some("deliveries.retry-1m"));
+        assert_eq!(t.retry("retry-3d"), None);
+        assert_eq!(t.dispatcher_inputs().len(), 5);
+    }
+
+    #[test]
+    fn prefix_and_custom_ladder_apply_to_every_topic() {
+        let t = Topics::new("test-42.", &["fast", "slow"]).unwrap();
+        assert_eq!(t.events(), "test-42.events");
+        assert_eq!(t.subscriptions(), "test-42.subscriptions");
+        assert_eq!(t.deliveries(), "test-42.deliveries");
+        assert_eq!(
+            t.retries().collect::<Vec<_>>(),
+            [
+                ("fast", "test-42.deliveries.fast"),
+                ("slow", "test-42.deliveries.slow")
+            ]
+        );
+        assert_eq!(t.dlq(), "test-42.deliveries.dlq");
+        assert_eq!(t.quarantine(), "test-42.events.quarantine");
+        assert!(t.all().iter().all(|n| n.starts_with("test-42.")));
+    }
+
+    #[test]
+    fn illegal_names_are_typed_errors() {
+        let cases: [(&str, &[&str], TopicError); 5] = [
+            (
+                "a/b",
+                &["r"],
+                TopicError::IllegalChar {
+                    what: "prefix",
+                    value: "a/b".into(),
+                    ch: '/',
+                },
+            ),
+            (
+                "",
+                &["retry 1m"],
+                TopicError::IllegalChar {
+                    what: "retry tier",
+                    value: "retry 1m".into(),
+                    ch: ' ',
+                },
+            ),
+            (
+                "é",
+                &[],
+                TopicError::IllegalChar {
+                    what: "prefix",
+                    value: "é".into(),
+                    ch: 'é',
+                },
+            ),
+            ("", &[""], TopicError::EmptyTier),
+            (
+                "",
+                &["a", "b", "a"],
+                TopicError::DuplicateTier { tier: "a".into() },
+            ),
+        ];
+        for (prefix, tiers, want) in cases {
+            assert_eq!(
+                Topics::new(prefix, tiers),
+                Err(want),
+                "{prefix:?} {tiers:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_longer_than_249_are_refused() {
+        // The longest name is `{prefix}events.quarantine` (17) with short tiers.
+        let ok = "p".repeat(MAX_TOPIC_LEN - "events.quarantine".len());
+        assert!(Topics::new(&ok, &["r"]).is_ok());
+        let long = format!("{ok}p");
+        match Topics::new(&long, &["r"]) {
+            Err(TopicError::TooLong { len, topic }) => {
+                assert_eq!(len, 250);
+                assert_eq!(topic, format!("{long}events.quarantine"));
+            }
+            other => panic!("expected TooLong, got {other:?}"),
+        }
+        let tier = "t".repeat(MAX_TOPIC_LEN);
+        assert!(matches!(
+            Topics::new("", &[tier.as_str()]),
+            Err(TopicError::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn empty_ladder_is_allowed() {
+        let t = Topics::new::<&str>("x.", &[]).unwrap();
+        assert_eq!(t.retries().len(), 0);
+        assert_eq!(t.dispatcher_inputs(), ["x.deliveries"]);
+    }
+}

@@ -1,0 +1,163 @@
+//! Flags and `HOOKLINE_*` environment variables shared by every service,
+//! validated once at start so a bad value fails fast with the flag's name.
+
+use std::{net::SocketAddr, time::Duration};
+
+use clap::{Args, ValueEnum};
+
+use crate::RuntimeError;
+
+/// Options every hookline service accepts.
+#[derive(Debug, Clone, Args)]
+pub struct CommonArgs {
+    /// Kafka bootstrap servers (comma-separated host:port list).
+    #[arg(
+        long,
+        global = true,
+        env = "HOOKLINE_BROKERS",
+        default_value = "127.0.0.1:9092"
+    )]
+    pub brokers: String,
+
+    /// Prefix prepended to every topic name (e.g. `prod.`).
+    #[arg(long, global = true, env = "HOOKLINE_TOPIC_PREFIX", default_value = "")]
+    pub topic_prefix: String,
+
+    /// librdkafka passthrough, repeatable: `-X security.protocol=SASL_SSL`.
+    /// `-X key=@/path` reads the value from a file (for mounted Secrets). In the
+    /// environment, separate entries with `;`.
+    #[arg(
+        short = 'X',
+        long = "kafka-config",
+        global = true,
+        env = "HOOKLINE_KAFKA_CONFIG",
+        value_delimiter = ';',
+        value_name = "KEY=VALUE"
+    )]
+    pub kafka_config: Vec<String>,
+
+    /// Address of the /metrics, /healthz and /readyz endpoint.
+    #[arg(
+        long,
+        global = true,
+        env = "HOOKLINE_HTTP_ADDR",
+        default_value = "0.0.0.0:9464"
+    )]
+    pub http_addr: SocketAddr,
+
+    /// Log output format.
+    #[arg(long, global = true, env = "HOOKLINE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter in `tracing` syntax (e.g. `info,hookline_fanout=debug`).
+    #[arg(long, global = true, env = "HOOKLINE_LOG", default_value = "info")]
+    pub log: String,
+
+    /// How long shutdown may take before work in flight is abandoned (e.g. `25s`).
+    #[arg(long, global = true, env = "HOOKLINE_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
+    pub shutdown_grace: Duration,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines for terminals.
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+impl CommonArgs {
+    /// Parses the `-X` passthrough into key/value pairs, reading `@file` values.
+    pub fn kafka_overrides(&self) -> Result<Vec<(String, String)>, RuntimeError> {
+        self.kafka_config
+            .iter()
+            .filter(|e| !e.trim().is_empty())
+            .map(|entry| parse_passthrough(entry))
+            .collect()
+    }
+}
+
+fn parse_passthrough(entry: &str) -> Result<(String, String), RuntimeError> {
+    let (key, value) = entry
+        .split_once('=')
+        .ok_or_else(|| RuntimeError::Passthrough {
+            entry: entry.to_owned(),
+            why: "missing `=`".to_owned(),
+        })?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err(RuntimeError::Passthrough {
+            entry: entry.to_owned(),
+            why: "empty key".to_owned(),
+        });
+    }
+    let value = match value.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|source| RuntimeError::PassthroughFile {
+                key: key.to_owned(),
+                path: path.to_owned(),
+                source,
+            })?
+            .trim_end_matches(['\r', '\n'])
+            .to_owned(),
+        None => value.to_owned(),
+    };
+    Ok((key.to_owned(), value))
+}
+
+/// Parses durations written like `10s`, `1m30s`, `2h`, `250ms`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("`{s}` is not a duration like 10s, 2m or 1h30m: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passthrough_reads_plain_and_file_values() {
+        let dir = std::env::temp_dir().join(format!("hookline-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("password");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        assert_eq!(
+            parse_passthrough("security.protocol=SASL_SSL").unwrap(),
+            ("security.protocol".into(), "SASL_SSL".into())
+        );
+        assert_eq!(
+            parse_passthrough(&format!("sasl.password=@{}", file.display())).unwrap(),
+            ("sasl.password".into(), "s3cret".into())
+        );
+        assert_eq!(
+            parse_passthrough("a=b=c").unwrap(),
+            ("a".into(), "b=c".into())
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn passthrough_rejects_malformed_entries() {
+        assert!(matches!(
+            parse_passthrough("novalue"),
+            Err(RuntimeError::Passthrough { .. })
+        ));
+        assert!(matches!(
+            parse_passthrough("=x"),
+            Err(RuntimeError::Passthrough { .. })
+        ));
+        assert!(matches!(
+            parse_passthrough("k=@/nonexistent/hookline"),
+            Err(RuntimeError::PassthroughFile { .. })
+        ));
+    }
+
+    #[test]
+    fn durations_read_like_humans_write_them() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("ten seconds").is_err());
+    }
+}

@@ -1,0 +1,107 @@
+//! Kafka client configuration: the common settings every client gets, the
+//! operator's `-X` passthrough applied last so it can override anything.
+
+use std::{collections::HashSet, time::Duration};
+
+use rdkafka::{
+    consumer::{BaseConsumer, Consumer, ConsumerContext},
+    error::KafkaError,
+    ClientConfig, ClientContext,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{config::CommonArgs, health::Health, RuntimeError};
+
+/// A client context that logs librdkafka's errors through `tracing`, except
+/// end-of-partition notices, which readers that follow a topic expect.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct QuietContext;
+
+impl ClientContext for QuietContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        match error {
+            KafkaError::PartitionEOF(_) => tracing::debug!(%reason, "end of partition"),
+            other => tracing::warn!(error = %other, %reason, "librdkafka error"),
+        }
+    }
+}
+
+impl ConsumerContext for QuietContext {}
+
+/// A base client configuration for `client_id`, with bootstrap servers and the
+/// operator's passthrough applied.
+pub fn client_config(common: &CommonArgs, client_id: &str) -> Result<ClientConfig, RuntimeError> {
+    let mut config = ClientConfig::new();
+    config
+        .set("bootstrap.servers", &common.brokers)
+        .set("client.id", client_id);
+    for (key, value) in common.kafka_overrides()? {
+        config.set(key, value);
+    }
+    Ok(config)
+}
+
+/// How often missing topics are looked for again.
+const TOPIC_RECHECK: Duration = Duration::from_secs(2);
+
+/// The topics of `wanted` the cluster does not have (or cannot show).
+pub async fn missing_topics(
+    common: &CommonArgs,
+    wanted: &[&str],
+) -> Result<Vec<String>, RuntimeError> {
+    let client: BaseConsumer = client_config(common, "hookline-topic-check")?
+        .create()
+        .map_err(|e| RuntimeError::kafka("creating the metadata client", e))?;
+    let metadata =
+        tokio::task::spawn_blocking(move || client.fetch_metadata(None, Duration::from_secs(10)))
+            .await
+            .map_err(|e| {
+                RuntimeError::kafka(format!("metadata task failed: {e}"), KafkaError::Canceled)
+            })?
+            .map_err(|e| RuntimeError::kafka("reading cluster metadata", e))?;
+    let present: HashSet<&str> = metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.name())
+        .collect();
+    Ok(wanted
+        .iter()
+        .filter(|t| !present.contains(**t))
+        .map(|t| (*t).to_owned())
+        .collect())
+}
+
+/// Waits until every topic in `wanted` exists, keeping the service unready
+/// with a message naming the missing ones. Returns `false` if `stop` fired first.
+pub async fn wait_for_topics(
+    common: &CommonArgs,
+    wanted: &[&str],
+    health: &Health,
+    stage: &'static str,
+    stop: &CancellationToken,
+) -> Result<bool, RuntimeError> {
+    let mut warned = false;
+    loop {
+        let why = match missing_topics(common, wanted).await {
+            Ok(missing) if missing.is_empty() => {
+                health.set_ready("topics", Ok(()));
+                return Ok(true);
+            }
+            Ok(missing) => format!(
+                "missing topics: {} (create them with the topic provisioning command)",
+                missing.join(", ")
+            ),
+            Err(e) => format!("cannot check topics: {e}"),
+        };
+        if !warned {
+            tracing::warn!(stage, %why, "waiting for topics");
+            warned = true;
+        }
+        health.set_ready("topics", Err(why));
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(false),
+            _ = tokio::time::sleep(TOPIC_RECHECK) => {}
+        }
+    }
+}

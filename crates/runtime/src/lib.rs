@@ -1,0 +1,16 @@
+//! Adapters shared by the hookline services: configuration, Kafka clients,
+//! telemetry, the health/metrics endpoint and shutdown. Stage logic lives in the
+//! service crates; pure decisions live in `hookline-core`.
+
+pub mod config;
+pub mod health;
+pub mod kafka;
+pub mod metric_names;
+pub mod ops;
+pub mod server;
+pub mod shutdown;
+pub mod telemetry;
+
+mod error;
+
+pub use error::RuntimeError;

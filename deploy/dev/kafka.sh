@@ -1,0 +1,447 @@
+#!/usr/bin/env bash
+# Single-node Apache Kafka 4.x (KRaft, combined broker+controller) on 127.0.0.1
+# for hookline's integration and end-to-end tests. See deploy/dev/README.md.
+#
+#   kafka.sh fetch      jars into $HOOKLINE_KAFKA_HOME/lib (Maven; idempotent)
+#   kafka.sh up         start (or reuse) the broker; prints ONLY 127.0.0.1:PORT
+#   kafka.sh down       stop the broker and delete its state dir (idempotent)
+#   kafka.sh status     prints the bootstrap and exits 0 if the broker answers, else 1
+#   kafka.sh bootstrap  prints the bootstrap if the broker process is alive, else 1
+#   kafka.sh smoke      topic + transactional commit/abort round trip against it
+#
+# stdout carries only the bootstrap address; all progress goes to stderr.
+set -euo pipefail
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(cd "$SCRIPT_DIR/../.." && pwd)"
+POM="$SCRIPT_DIR/kafka/pom.xml"
+LOG4J_CONF="$SCRIPT_DIR/kafka/log4j2.properties"
+
+KHOME="${HOOKLINE_KAFKA_HOME:-$REPO/.cache/kafka}"
+STATE="${HOOKLINE_KAFKA_STATE:-$REPO/.cache/kafka-run}"
+START_TIMEOUT="${HOOKLINE_KAFKA_START_TIMEOUT:-90}"
+HEAP_OPTS="${HOOKLINE_KAFKA_HEAP_OPTS:--Xms256m -Xmx768m}"
+LIB="$KHOME/lib"
+STAMP="$LIB/.hookline-stamp"
+# The lock lives next to (not inside) the state dir, because `down` deletes it.
+LOCK="$STATE.lock"
+
+if [[ -n "${JAVA_HOME:-}" && -x "$JAVA_HOME/bin/java" ]]; then
+  JAVA="$JAVA_HOME/bin/java"
+else
+  JAVA="java"
+fi
+PYTHON="${PYTHON:-python3}"
+
+log() { printf 'kafka.sh: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- fetch ----
+
+pom_hash() { sha256sum "$POM" | cut -d' ' -f1; }
+
+fetch_done() { [[ -f "$STAMP" && "$(cat "$STAMP")" == "$(pom_hash)" ]]; }
+
+cmd_fetch() {
+  fetch_done && return 0
+  mkdir -p "$KHOME"
+  local fd
+  exec {fd}>"$KHOME/.fetch.lock"
+  flock -w 900 "$fd" || die "timed out waiting for $KHOME/.fetch.lock"
+  if ! fetch_done; then
+    command -v mvn >/dev/null || die "mvn not found (needed once to fetch the Kafka jars)"
+    local tmp="$KHOME/lib.tmp.$$"
+    rm -rf "$tmp"
+    log "fetching Kafka jars with Maven into $LIB ..."
+    if ! mvn -q -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$tmp" >"$KHOME/fetch.log" 2>&1; then
+      sed 's/\x1b\[[0-9;]*m//g' "$KHOME/fetch.log" >&2
+      rm -rf "$tmp"
+      die "mvn dependency:copy-dependencies failed (see above)"
+    fi
+    ls "$tmp"/kafka_2.13-*.jar >/dev/null 2>&1 || { rm -rf "$tmp"; die "no kafka_2.13 jar after fetch"; }
+    pom_hash >"$tmp/.hookline-stamp"
+    rm -rf "$LIB"
+    mv "$tmp" "$LIB"
+    log "fetched $(find "$LIB" -name "*.jar" | wc -l) jars"
+  fi
+  exec {fd}>&-
+}
+
+# --------------------------------------------------------------- probing ----
+
+# probe PORT [TIMEOUT_S]: exit 0 iff a broker on 127.0.0.1:PORT answers a
+# Metadata request and lists itself (node 1) as a live (unfenced) broker.
+probe() {
+  "$PYTHON" - "$1" "${2:-2}" <<'PY'
+import socket, struct, sys
+
+port, timeout = int(sys.argv[1]), float(sys.argv[2])
+
+def call(sock, api_key, version, corr, body):
+    client = b"hookline-probe"
+    hdr = struct.pack(">hhih", api_key, version, corr, len(client)) + client
+    msg = hdr + body
+    sock.sendall(struct.pack(">i", len(msg)) + msg)
+    def read(n):
+        buf = b""
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                raise EOFError("connection closed")
+            buf += chunk
+        return buf
+    (size,) = struct.unpack(">i", read(4))
+    data = read(size)
+    (rcorr,) = struct.unpack(">i", data[:4])
+    if rcorr != corr:
+        raise ValueError("bad correlation id")
+    return data[4:]
+
+try:
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.settimeout(timeout)
+    # ApiVersions v0: error_code, [api_key, min, max]
+    r = call(s, 18, 0, 1, b"")
+    err, n = struct.unpack(">hi", r[:6])
+    if err != 0:
+        sys.exit(1)
+    versions = {}
+    off = 6
+    for _ in range(n):
+        k, lo, hi = struct.unpack(">hhh", r[off:off + 6])
+        off += 6
+        versions[k] = (lo, hi)
+    lo, hi = versions.get(3, (99, -1))
+    v = max(lo, 4)
+    if v > min(hi, 8):  # we only speak the non-flexible Metadata v4..v8
+        sys.exit(1)
+    body = struct.pack(">ib", 0, 0)  # topics: [] (none), allow_auto_topic_creation=false
+    if v >= 8:
+        body += struct.pack(">bb", 0, 0)  # include_{cluster,topic}_authorized_operations
+    r = call(s, 3, v, 2, body)
+    off = 4  # throttle_time_ms
+    (n,) = struct.unpack(">i", r[off:off + 4]); off += 4
+    for _ in range(n):
+        node, hl = struct.unpack(">ih", r[off:off + 6]); off += 6
+        off += hl
+        (bport, rl) = struct.unpack(">ih", r[off:off + 6]); off += 6
+        if rl > 0:
+            off += rl
+        if node == 1 and bport == port:
+            sys.exit(0)
+    sys.exit(1)
+except Exception:
+    sys.exit(1)
+PY
+}
+
+# Pid of the broker recorded in the state dir, if that process is alive and
+# is really our kafka.Kafka (guards against pid reuse). Prints the pid.
+live_pid() {
+  local pid
+  [[ -f "$STATE/kafka.pid" ]] || return 1
+  pid="$(cat "$STATE/kafka.pid" 2>/dev/null)" || return 1
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$STATE/server.properties" || return 1
+  echo "$pid"
+}
+
+bootstrap_port() {
+  [[ -f "$STATE/port" ]] || return 1
+  cat "$STATE/port"
+}
+
+healthy() {
+  local port
+  live_pid >/dev/null || return 1
+  port="$(bootstrap_port)" || return 1
+  probe "$port" "${1:-2}" || return 1
+  [[ -f "$STATE/ready" ]] || touch "$STATE/ready"
+}
+
+# ------------------------------------------------------------------ stop ----
+
+stop_broker() {
+  local pid i
+  if pid="$(live_pid)"; then
+    log "stopping broker pid $pid"
+    kill -TERM "$pid" 2>/dev/null || true
+    kill -CONT "$pid" 2>/dev/null || true
+    for ((i = 0; i < 300; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+      log "broker did not stop within 30 s; SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      for ((i = 0; i < 50; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+      done
+    fi
+  fi
+  rm -rf "$STATE"
+}
+
+take_lock() {
+  mkdir -p "$(dirname "$LOCK")"
+  exec 9>"$LOCK"
+  flock -w 600 9 || die "timed out waiting for $LOCK"
+}
+
+# -------------------------------------------------------------------- up ----
+
+free_ports() {
+  # Two distinct free loopback ports, held open together so they differ.
+  "$PYTHON" - <<'PY'
+import socket
+socks = []
+for _ in range(2):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+PY
+}
+
+cluster_id() {
+  # Same format as org.apache.kafka.common.Uuid.randomUuid().toString().
+  "$PYTHON" - <<'PY'
+import base64, os
+while True:
+    s = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    if not s.startswith("-") and s != "AAAAAAAAAAAAAAAAAAAAAA" and s != "AAAAAAAAAAAAAAAAAAAAAQ":
+        print(s)
+        break
+PY
+}
+
+write_props() {
+  local port="$1" cport="$2"
+  cat >"$STATE/server.properties" <<EOF
+# Generated by deploy/dev/kafka.sh; do not edit (rewritten on every fresh start).
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+log.dirs=$STATE/data
+
+# Topics: explicit creation only.
+auto.create.topics.enable=false
+num.partitions=3
+default.replication.factor=1
+min.insync.replicas=1
+
+# Internal topics on a single node; few partitions so they are created fast.
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+share.coordinator.state.topic.num.partitions=1
+
+# Quick tests.
+group.initial.rebalance.delay.ms=0
+transaction.abort.timed.out.transaction.cleanup.interval.ms=1000
+transaction.remove.expired.transaction.cleanup.interval.ms=60000
+log.cleaner.backoff.ms=1000
+log.cleaner.dedupe.buffer.size=16777216
+log.retention.check.interval.ms=30000
+log.segment.bytes=67108864
+
+# Small machine.
+num.network.threads=2
+num.io.threads=4
+num.recovery.threads.per.data.dir=1
+background.threads=4
+EOF
+}
+
+start_once() {
+  local ports port cport cid pid deadline
+  rm -rf "$STATE"
+  mkdir -p "$STATE"
+  ports="$(free_ports)"
+  port="${ports% *}"
+  cport="${ports#* }"
+  cid="$(cluster_id)"
+  write_props "$port" "$cport"
+  echo "$port" >"$STATE/port"
+
+  log "formatting storage (cluster id $cid)"
+  if ! "$JAVA" -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$LIB/*" -Dlog4j2.configurationFile="$LOG4J_CONF" \
+      -Dkafka.logs.dir="$STATE/tools" kafka.tools.StorageTool format \
+      -t "$cid" -c "$STATE/server.properties" >"$STATE/format.log" 2>&1; then
+    cat "$STATE/format.log" >&2
+    return 2
+  fi
+
+  log "starting broker on 127.0.0.1:$port (controller 127.0.0.1:$cport)"
+  # setsid + nohup: the broker outlives the caller (e.g. a test binary).
+  # The wrapper closes every inherited fd above 2 before exec'ing java: the
+  # flock fd (else the lock would be held for the broker's whole life) and
+  # any pipe of the caller (else a harness waiting for EOF would hang).
+  # shellcheck disable=SC2086,SC2016
+  setsid nohup bash -c '
+    for f in /proc/$$/fd/*; do
+      n=${f##*/}
+      if [[ $n =~ ^[0-9]+$ ]] && ((n > 2)); then eval "exec $n>&-" 2>/dev/null || true; fi
+    done
+    echo $$ >"$0/kafka.pid"
+    exec "$@"' "$STATE" \
+    "$JAVA" $HEAP_OPTS -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+    -XX:+ExplicitGCInvokesConcurrent -XX:-OmitStackTraceInFastThrow \
+    -Djava.awt.headless=true \
+    -Dlog4j2.configurationFile="$LOG4J_CONF" -Dkafka.logs.dir="$STATE" \
+    -cp "$LIB/*" kafka.Kafka "$STATE/server.properties" \
+    </dev/null >"$STATE/console.log" 2>&1 9>&- &
+  disown || true
+
+  deadline=$((SECONDS + START_TIMEOUT))
+  while ((SECONDS < deadline)); do
+    if [[ -f "$STATE/kafka.pid" ]]; then
+      pid="$(cat "$STATE/kafka.pid")"
+      if ! kill -0 "$pid" 2>/dev/null; then
+        log "broker process $pid exited during startup"
+        if grep -qE 'BindException|Address already in use' "$STATE"/console.log "$STATE"/server.log 2>/dev/null; then
+          return 3 # port race: caller retries with fresh ports
+        fi
+        return 1
+      fi
+      if probe "$port" 2; then
+        touch "$STATE/ready"
+        return 0
+      fi
+    fi
+    sleep 0.25
+  done
+  log "broker did not answer within ${START_TIMEOUT} s"
+  return 1
+}
+
+show_logs() {
+  local f
+  for f in console.log server.log; do
+    if [[ -s "$STATE/$f" ]]; then
+      if grep -qE '^\[[^]]*\] (ERROR|FATAL) ' "$STATE/$f"; then
+        log "---- errors in $STATE/$f ----"
+        grep -E -A3 '^\[[^]]*\] (ERROR|FATAL) ' "$STATE/$f" | tail -n 40 >&2
+      fi
+      log "---- tail of $STATE/$f ----"
+      tail -n 40 "$STATE/$f" >&2
+    fi
+  done
+}
+
+cmd_up() {
+  take_lock
+  cmd_fetch
+  if live_pid >/dev/null; then
+    # Be patient before restarting a broker that other tests may be using:
+    # on a loaded machine a probe can time out now and then.
+    local deadline=$((SECONDS + START_TIMEOUT))
+    while live_pid >/dev/null; do
+      if healthy 5; then
+        echo "127.0.0.1:$(bootstrap_port)"
+        return 0
+      fi
+      ((SECONDS < deadline)) || break
+      log "broker process is alive but does not answer yet; waiting"
+      sleep 1
+    done
+    log "broker does not answer; restarting it"
+    show_logs
+  fi
+  stop_broker
+  local attempt rc start=$SECONDS
+  for attempt in 1 2 3; do
+    rc=0
+    start_once || rc=$?
+    if ((rc == 0)); then
+      log "broker ready in $((SECONDS - start)) s"
+      echo "127.0.0.1:$(bootstrap_port)"
+      return 0
+    fi
+    if ((rc != 3)); then
+      break
+    fi
+    log "port clash, retrying with new ports (attempt $attempt)"
+  done
+  show_logs
+  local keep="$STATE.failed"
+  rm -rf "$keep"
+  stop_broker_keep "$keep"
+  die "could not start Kafka (logs kept in $keep)"
+}
+
+# Stop whatever start_once left running and move the state dir aside for
+# post-mortem instead of deleting it.
+stop_broker_keep() {
+  local keep="$1" pid
+  if [[ -f "$STATE/kafka.pid" ]]; then
+    pid="$(cat "$STATE/kafka.pid" 2>/dev/null || true)"
+    if [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null; then
+      kill -KILL "$pid" 2>/dev/null || true
+      sleep 0.5
+    fi
+  fi
+  if [[ -d "$STATE" ]]; then
+    rm -rf "$STATE/data"
+    mv "$STATE" "$keep"
+  fi
+}
+
+cmd_down() {
+  take_lock
+  stop_broker
+  rm -rf "$STATE.failed"
+}
+
+cmd_status() {
+  if healthy 3; then
+    echo "127.0.0.1:$(bootstrap_port)"
+    return 0
+  fi
+  log "not running"
+  return 1
+}
+
+cmd_bootstrap() {
+  if live_pid >/dev/null && [[ -f "$STATE/ready" ]]; then
+    echo "127.0.0.1:$(bootstrap_port)"
+    return 0
+  fi
+  log "not running"
+  return 1
+}
+
+cmd_smoke() {
+  local bs
+  bs="$(cmd_bootstrap)" || die "broker not running (run: $0 up)"
+  mkdir -p "$STATE/tools"
+  "$JAVA" -Xmx256m -cp "$LIB/*" -Dlog4j2.configurationFile="$LOG4J_CONF" \
+    -Dkafka.logs.dir="$STATE/tools" "$SCRIPT_DIR/kafka/TxSmoke.java" "$bs"
+}
+
+usage() {
+  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+}
+
+case "${1:-}" in
+  fetch) cmd_fetch ;;
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  bootstrap) cmd_bootstrap ;;
+  smoke) cmd_smoke ;;
+  -h | --help | help) usage ;;
+  *) usage; exit 2 ;;
+esac
