@@ -1,27 +1,85 @@
-//! The fanout stage: see DESIGN.md. `run` serves the operations endpoint and
-//! stops cleanly when the shutdown token is cancelled.
+//! The fanout stage (DESIGN §3): consumes `events` in a consumer group, keeps
+//! the subscription table live, and writes one `Delivery` per matching
+//! subscription to `deliveries` in Kafka transactions, exactly once.
+//! Undecodable or oversize events go to `events.quarantine` in the same
+//! transaction; they never block a partition.
 
-use clap::Args;
-use hookline_runtime::{config::CommonArgs, ops::Ops, RuntimeError};
+pub mod cli;
+pub mod config;
+mod context;
+mod metrics;
+mod service;
+pub mod transform;
+
+use hookline_envelope::{TopicError, Topics};
+use hookline_runtime::{kafka, ops::Ops, subscriptions, RuntimeError};
 use tokio_util::sync::CancellationToken;
+
+pub use config::{Config, FanoutArgs};
 
 /// The stage name used in metrics and logs.
 pub const STAGE: &str = "fanout";
 
-/// Configuration of the fanout service.
-#[derive(Debug, Clone, Args)]
-pub struct Config {
-    /// Options shared by every service.
-    #[command(flatten)]
-    pub common: CommonArgs,
+/// Why the fanout service stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FanoutError {
+    /// A shared adapter failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The topic prefix makes illegal topic names.
+    #[error("invalid --topic-prefix: {0}")]
+    Topics(#[from] TopicError),
+    /// A blocking Kafka call could not be joined.
+    #[error("internal task failed: {0}")]
+    Join(String),
 }
 
-/// Runs the service until `shutdown` is cancelled.
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RuntimeError> {
+/// Runs fan-out until `shutdown` is cancelled: the batch in hand is committed,
+/// then the consumer leaves its group.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), FanoutError> {
+    let topics = Topics::with_prefix(&config.common.topic_prefix)?;
     let ops = Ops::start(config.common.http_addr, STAGE).await?;
-    ops.health.set_ready(STAGE, Ok(()));
-    shutdown.cancelled().await;
+    metrics::describe();
+    ops.health.set_ready(
+        STAGE,
+        Err("waiting for topics and the subscription table".into()),
+    );
+    let result = run_stage(&config, &topics, &ops, &shutdown).await;
     ops.health.set_draining();
     ops.stop().await;
-    Ok(())
+    result
+}
+
+async fn run_stage(
+    config: &Config,
+    topics: &Topics,
+    ops: &Ops,
+    shutdown: &CancellationToken,
+) -> Result<(), FanoutError> {
+    let needed = [topics.events(), topics.deliveries(), topics.quarantine()];
+    if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
+        return Ok(());
+    }
+    let table_stop = CancellationToken::new();
+    let (subs, table_task) = subscriptions::follow(
+        &config.common,
+        topics.subscriptions(),
+        STAGE,
+        Some(ops.health.clone()),
+        table_stop.clone(),
+    )?;
+    let result = async {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = subs.wait_caught_up() => {}
+        }
+        let fanout =
+            service::FanoutLoop::new(config.clone(), topics.clone(), subs, ops.health.clone())
+                .await?;
+        fanout.run(shutdown.clone()).await
+    }
+    .await;
+    table_stop.cancel();
+    let _ = table_task.await;
+    result
 }

@@ -1,21 +1,42 @@
-//! `hookline-fanout`: parses flags and environment, sets up logging, runs.
+//! `hookline-fanout`: parses flags and environment, sets up logging, and runs
+//! the service or a `subscriptions` subcommand.
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
+use hookline_fanout::cli::SubscriptionsCmd;
 
-/// hookline fanout service.
+/// hookline fanout: events to per-subscription deliveries, exactly once.
 #[derive(Debug, Parser)]
 #[command(name = "hookline-fanout", version, about)]
 struct Cli {
     #[command(flatten)]
     config: hookline_fanout::Config,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Manage the subscription table.
+    #[command(subcommand)]
+    Subscriptions(SubscriptionsCmd),
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let common = &cli.config.common;
-    hookline_runtime::telemetry::init_logging(&common.log, common.log_format)?;
-    let shutdown = hookline_runtime::shutdown::on_signals();
-    hookline_fanout::run(cli.config, shutdown).await?;
+    match cli.command {
+        Some(Command::Subscriptions(cmd)) => {
+            // The CLI keeps stdout for results; logs go to stderr at warn.
+            hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
+            let mut stdout = std::io::stdout().lock();
+            hookline_fanout::cli::run(common, cmd, &mut stdout).await?;
+        }
+        None => {
+            hookline_runtime::telemetry::init_logging(&common.log, common.log_format)?;
+            let shutdown = hookline_runtime::shutdown::on_signals();
+            hookline_fanout::run(cli.config, shutdown).await?;
+        }
+    }
     Ok(())
 }

@@ -9,6 +9,7 @@ pub mod metric_names;
 pub mod ops;
 pub mod server;
 pub mod shutdown;
+pub mod subscriptions;
 pub mod telemetry;
 
 mod error;

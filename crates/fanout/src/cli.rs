@@ -1,0 +1,531 @@
+//! `hookline-fanout subscriptions put|delete|list`: manage the compacted
+//! `subscriptions` topic. Every input is validated before anything is
+//! written; one bad subscription in a file writes none of them.
+
+use std::{
+    io::Write,
+    path::PathBuf,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use clap::{Args, Subcommand, ValueEnum};
+use hookline_core::matching::EventTypeFilter;
+use hookline_envelope::{encode, Subscription, Topics};
+use hookline_runtime::{config::CommonArgs, kafka, subscriptions};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde::{Deserialize, Serialize};
+
+/// How long the CLI waits for the table to load or a write to be acknowledged.
+const CLI_TIMEOUT: Duration = Duration::from_secs(30);
+const MAX_ID_LEN: usize = 128;
+const MAX_IN_FLIGHT: i32 = 1000;
+
+/// `subscriptions` subcommands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum SubscriptionsCmd {
+    /// Create or update subscriptions (from flags or a JSON/YAML file); bumps `version`.
+    Put(PutArgs),
+    /// Delete a subscription (writes a tombstone).
+    Delete {
+        /// The subscription id.
+        #[arg(long = "id")]
+        id: String,
+    },
+    /// List subscriptions.
+    List {
+        /// Only this tenant's subscriptions.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+}
+
+/// Output format of `list`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Aligned columns for people.
+    Table,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Arguments of `put`.
+#[derive(Debug, Clone, Args)]
+pub struct PutArgs {
+    /// A JSON or YAML file with one subscription or a list of them.
+    #[arg(long, conflicts_with_all = ["id", "tenant", "url", "event_types", "secret_ref"])]
+    pub file: Option<PathBuf>,
+    /// Subscription id.
+    #[arg(long = "id", required_unless_present = "file")]
+    pub id: Option<String>,
+    /// Owning tenant.
+    #[arg(long, required_unless_present = "file")]
+    pub tenant: Option<String>,
+    /// Endpoint URL (https).
+    #[arg(long, required_unless_present = "file")]
+    pub url: Option<String>,
+    /// Event type or `prefix.*` pattern; repeatable.
+    #[arg(long = "event-type", required_unless_present = "file")]
+    pub event_types: Vec<String>,
+    /// Name of the signing secret (a file in the dispatcher's secrets directory).
+    #[arg(long, required_unless_present = "file")]
+    pub secret_ref: Option<String>,
+    /// Concurrent attempts to this endpoint; 1 keeps event order.
+    #[arg(long, default_value_t = 4)]
+    pub max_in_flight: i32,
+    /// Attempts per second cap for this endpoint.
+    #[arg(long)]
+    pub rate_limit_per_s: Option<f64>,
+    /// Create or leave the subscription disabled.
+    #[arg(long)]
+    pub disabled: bool,
+    /// Accept `http://` URLs (development only; the dispatcher's egress policy
+    /// must allow them too).
+    #[arg(long)]
+    pub allow_http: bool,
+}
+
+/// A subscription as written by an operator, before validation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubscriptionSpec {
+    /// Subscription id.
+    #[serde(alias = "id")]
+    pub subscription_id: String,
+    /// Owning tenant.
+    #[serde(alias = "tenant")]
+    pub tenant_id: String,
+    /// Endpoint URL.
+    pub url: String,
+    /// Event types and patterns.
+    pub event_types: Vec<String>,
+    /// Secret name.
+    pub secret_ref: String,
+    /// Enabled unless false.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Concurrency cap.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: i32,
+    /// Rate cap.
+    #[serde(default)]
+    pub rate_limit_per_s: Option<f64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_max_in_flight() -> i32 {
+    4
+}
+
+/// Why a command failed; every variant says what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// One or more subscriptions are invalid; nothing was written.
+    #[error("nothing written; invalid input:\n{}", .0.join("\n"))]
+    Invalid(Vec<String>),
+    /// The input file could not be read or parsed.
+    #[error("cannot read {path}: {why}")]
+    File { path: PathBuf, why: String },
+    /// The subscription to delete does not exist.
+    #[error("no subscription with id `{0}`; nothing written")]
+    NotFound(String),
+    /// Kafka failed.
+    #[error(transparent)]
+    Runtime(#[from] hookline_runtime::RuntimeError),
+    /// The topic prefix is invalid.
+    #[error("invalid --topic-prefix: {0}")]
+    Topics(#[from] hookline_envelope::TopicError),
+    /// A write was not acknowledged.
+    #[error("writing {id} to {topic} failed: {why}")]
+    Write {
+        id: String,
+        topic: String,
+        why: String,
+    },
+    /// Output could not be written.
+    #[error("cannot write output: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl PutArgs {
+    fn specs(&self) -> Result<Vec<SubscriptionSpec>, CliError> {
+        if let Some(path) = &self.file {
+            return read_specs(path);
+        }
+        Ok(vec![SubscriptionSpec {
+            subscription_id: self.id.clone().unwrap_or_default(),
+            tenant_id: self.tenant.clone().unwrap_or_default(),
+            url: self.url.clone().unwrap_or_default(),
+            event_types: self.event_types.clone(),
+            secret_ref: self.secret_ref.clone().unwrap_or_default(),
+            enabled: !self.disabled,
+            max_in_flight: self.max_in_flight,
+            rate_limit_per_s: self.rate_limit_per_s,
+        }])
+    }
+}
+
+/// Reads one spec or a list from JSON or YAML (YAML is a superset of JSON).
+pub fn read_specs(path: &PathBuf) -> Result<Vec<SubscriptionSpec>, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::File {
+        path: path.clone(),
+        why: e.to_string(),
+    })?;
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        Many(Vec<SubscriptionSpec>),
+        One(Box<SubscriptionSpec>),
+    }
+    let parsed: OneOrMany = serde_yaml_ng::from_str(&text).map_err(|e| CliError::File {
+        path: path.clone(),
+        why: format!("not a subscription or a list of subscriptions: {e}"),
+    })?;
+    Ok(match parsed {
+        OneOrMany::Many(v) => v,
+        OneOrMany::One(s) => vec![*s],
+    })
+}
+
+/// Validates one spec; every problem is reported, prefixed by the id.
+pub fn validate(spec: &SubscriptionSpec, allow_http: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    let who = if spec.subscription_id.is_empty() {
+        "<no id>".to_owned()
+    } else {
+        spec.subscription_id.clone()
+    };
+    let mut bad = |field: &str, why: String| problems.push(format!("  {who}: {field}: {why}"));
+    check_name(&spec.subscription_id, "[A-Za-z0-9._:-]", |c| {
+        c.is_ascii_alphanumeric() || "._:-".contains(c)
+    })
+    .unwrap_or_else(|why| bad("subscription_id", why));
+    check_name(&spec.tenant_id, "[A-Za-z0-9._:-]", |c| {
+        c.is_ascii_alphanumeric() || "._:-".contains(c)
+    })
+    .unwrap_or_else(|why| bad("tenant_id", why));
+    check_name(&spec.secret_ref, "[A-Za-z0-9._-] (a Secret key)", |c| {
+        c.is_ascii_alphanumeric() || "._-".contains(c)
+    })
+    .unwrap_or_else(|why| bad("secret_ref", why));
+    match url::Url::parse(&spec.url) {
+        Err(e) => bad("url", format!("`{}` is not a URL: {e}", spec.url)),
+        Ok(u) => {
+            match u.scheme() {
+                "https" => {}
+                "http" if allow_http => {}
+                "http" => bad(
+                    "url",
+                    "http is refused; use https (or --allow-http for development)".into(),
+                ),
+                other => bad("url", format!("scheme `{other}` is refused; use https")),
+            }
+            if u.host_str().is_none_or(str::is_empty) {
+                bad("url", "has no host".into());
+            }
+            if !u.username().is_empty() || u.password().is_some() {
+                bad(
+                    "url",
+                    "must not carry credentials; use secret_ref for signing".into(),
+                );
+            }
+            if u.fragment().is_some() {
+                bad("url", "must not have a #fragment".into());
+            }
+        }
+    }
+    if let Err(e) = EventTypeFilter::parse(&spec.event_types) {
+        bad("event_types", e.to_string());
+    }
+    if !(1..=MAX_IN_FLIGHT).contains(&spec.max_in_flight) {
+        bad(
+            "max_in_flight",
+            format!("{} is outside 1..={MAX_IN_FLIGHT}", spec.max_in_flight),
+        );
+    }
+    if let Some(r) = spec.rate_limit_per_s {
+        if !(r.is_finite() && r > 0.0) {
+            bad("rate_limit_per_s", format!("{r} must be a positive number"));
+        }
+    }
+    problems
+}
+
+fn check_name(value: &str, allowed: &str, ok: impl Fn(char) -> bool) -> Result<(), String> {
+    if value.is_empty() {
+        return Err("is empty".into());
+    }
+    if value.len() > MAX_ID_LEN {
+        return Err(format!("is longer than {MAX_ID_LEN} bytes"));
+    }
+    if let Some(c) = value.chars().find(|c| !ok(*c)) {
+        return Err(format!("character {c:?} is not allowed; use {allowed}"));
+    }
+    Ok(())
+}
+
+/// Runs a `subscriptions` subcommand, writing results to `out`.
+pub async fn run(
+    common: &CommonArgs,
+    cmd: SubscriptionsCmd,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let topics = Topics::with_prefix(&common.topic_prefix)?;
+    let topic = topics.subscriptions();
+    match cmd {
+        SubscriptionsCmd::Put(args) => {
+            let specs = args.specs()?;
+            let mut problems: Vec<String> = specs
+                .iter()
+                .flat_map(|s| validate(s, args.allow_http))
+                .collect();
+            let mut seen = std::collections::HashSet::new();
+            for s in &specs {
+                if !seen.insert(&s.subscription_id) {
+                    problems.push(format!("  {}: listed twice", s.subscription_id));
+                }
+            }
+            if specs.is_empty() {
+                problems.push("  the file holds no subscriptions".into());
+            }
+            if !problems.is_empty() {
+                return Err(CliError::Invalid(problems));
+            }
+            let table = subscriptions::load_snapshot(common, topic, CLI_TIMEOUT).await?;
+            let producer = producer(common)?;
+            let now = now_millis();
+            for spec in specs {
+                let version = table
+                    .get(&spec.subscription_id)
+                    .map_or(1, |held| held.record.version + 1);
+                let record = Subscription {
+                    subscription_id: spec.subscription_id,
+                    tenant_id: spec.tenant_id,
+                    url: spec.url,
+                    event_types: spec.event_types,
+                    secret_ref: spec.secret_ref,
+                    enabled: spec.enabled,
+                    max_in_flight: spec.max_in_flight,
+                    rate_limit_per_s: spec.rate_limit_per_s,
+                    version,
+                    updated_at: now,
+                };
+                write(
+                    &producer,
+                    topic,
+                    &record.subscription_id,
+                    Some(&encode(&record)),
+                )
+                .await?;
+                writeln!(out, "put {} version {version}", record.subscription_id)?;
+            }
+        }
+        SubscriptionsCmd::Delete { id } => {
+            let table = subscriptions::load_snapshot(common, topic, CLI_TIMEOUT).await?;
+            if table.get(&id).is_none() {
+                return Err(CliError::NotFound(id));
+            }
+            write(&producer(common)?, topic, &id, None).await?;
+            writeln!(out, "deleted {id}")?;
+        }
+        SubscriptionsCmd::List { tenant, output } => {
+            let table = subscriptions::load_snapshot(common, topic, CLI_TIMEOUT).await?;
+            let subs: Vec<_> = table
+                .all()
+                .into_iter()
+                .filter(|s| tenant.as_deref().is_none_or(|t| s.record.tenant_id == t))
+                .collect();
+            match output {
+                Output::Json => {
+                    for s in &subs {
+                        let line = serde_json::to_string(&s.record)
+                            .map_err(|e| std::io::Error::other(e.to_string()))?;
+                        writeln!(out, "{line}")?;
+                    }
+                }
+                Output::Table => print_table(out, &subs)?,
+            }
+        }
+    }
+    Ok(())
+}
+
+fn print_table(
+    out: &mut dyn Write,
+    subs: &[std::sync::Arc<subscriptions::LiveSubscription>],
+) -> std::io::Result<()> {
+    let header = [
+        "ID",
+        "TENANT",
+        "ENABLED",
+        "INFLIGHT",
+        "VERSION",
+        "EVENT TYPES",
+        "URL",
+    ];
+    let rows: Vec<[String; 7]> = subs
+        .iter()
+        .map(|s| {
+            let r = &s.record;
+            [
+                r.subscription_id.clone(),
+                r.tenant_id.clone(),
+                r.enabled.to_string(),
+                r.max_in_flight.to_string(),
+                r.version.to_string(),
+                r.event_types.join(","),
+                r.url.clone(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    writeln!(out, "{}", line(header.to_vec()))?;
+    for row in &rows {
+        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}
+
+fn producer(common: &CommonArgs) -> Result<FutureProducer, CliError> {
+    Ok(kafka::client_config(common, "hookline-subscriptions-cli")?
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .create()
+        .map_err(|e| hookline_runtime::RuntimeError::kafka("creating the producer", e))?)
+}
+
+async fn write(
+    producer: &FutureProducer,
+    topic: &str,
+    id: &str,
+    value: Option<&[u8]>,
+) -> Result<(), CliError> {
+    let mut record = FutureRecord::<str, [u8]>::to(topic).key(id);
+    if let Some(v) = value {
+        record = record.payload(v);
+    }
+    producer
+        .send(record, CLI_TIMEOUT)
+        .await
+        .map(|_| ())
+        .map_err(|(e, _)| CliError::Write {
+            id: id.to_owned(),
+            topic: topic.to_owned(),
+            why: e.to_string(),
+        })
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SubscriptionSpec {
+        SubscriptionSpec {
+            subscription_id: "sub_1".into(),
+            tenant_id: "acme".into(),
+            url: "https://hooks.acme.example/in".into(),
+            event_types: vec!["invoice.*".into()],
+            secret_ref: "acme-hooks".into(),
+            enabled: true,
+            max_in_flight: 1,
+            rate_limit_per_s: None,
+        }
+    }
+
+    #[test]
+    fn a_good_spec_passes() {
+        assert!(validate(&spec(), false).is_empty());
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        type Mutation = fn(&mut SubscriptionSpec);
+        let cases: Vec<(Mutation, &str)> = vec![
+            (|s| s.url = "http://plain.example".into(), "http is refused"),
+            (|s| s.url = "ftp://x.example".into(), "scheme `ftp`"),
+            (|s| s.url = "not a url".into(), "is not a URL"),
+            (|s| s.url = "https://u:p@x.example".into(), "credentials"),
+            (|s| s.event_types = vec![], "event_types"),
+            (|s| s.event_types = vec!["a.*.b".into()], "event_types"),
+            (|s| s.secret_ref = "has/slash".into(), "secret_ref"),
+            (
+                |s| s.subscription_id = String::new(),
+                "subscription_id: is empty",
+            ),
+            (|s| s.tenant_id = "a b".into(), "tenant_id"),
+            (|s| s.max_in_flight = 0, "max_in_flight"),
+            (|s| s.rate_limit_per_s = Some(-1.0), "rate_limit_per_s"),
+        ];
+        for (mutate, expected) in cases {
+            let mut s = spec();
+            mutate(&mut s);
+            let problems = validate(&s, false);
+            assert!(
+                problems.iter().any(|p| p.contains(expected)),
+                "expected {expected:?} in {problems:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn http_is_accepted_only_when_allowed() {
+        let mut s = spec();
+        s.url = "http://127.0.0.1:8080/hook".into();
+        assert!(!validate(&s, false).is_empty());
+        assert!(validate(&s, true).is_empty());
+    }
+
+    #[test]
+    fn files_hold_one_or_many_in_json_or_yaml() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = dir.path().join("one.json");
+        std::fs::write(
+            &one,
+            r#"{"id":"s1","tenant":"acme","url":"https://a.example","event_types":["a.b"],"secret_ref":"k"}"#,
+        )
+        .unwrap();
+        let specs = read_specs(&one).unwrap();
+        assert_eq!(specs.len(), 1);
+        assert!(specs[0].enabled);
+        let many = dir.path().join("many.yaml");
+        std::fs::write(
+            &many,
+            "- subscription_id: s1\n  tenant_id: acme\n  url: https://a.example\n  event_types: [a.b]\n  secret_ref: k\n  max_in_flight: 2\n- subscription_id: s2\n  tenant_id: acme\n  url: https://b.example\n  event_types: ['*']\n  secret_ref: k\n  enabled: false\n",
+        )
+        .unwrap();
+        let specs = read_specs(&many).unwrap();
+        assert_eq!(specs.len(), 2);
+        assert_eq!(specs[0].max_in_flight, 2);
+        assert!(!specs[1].enabled);
+        let typo = dir.path().join("typo.yaml");
+        std::fs::write(&typo, "subscription_id: s1\ntennant_id: acme\n").unwrap();
+        assert!(matches!(read_specs(&typo), Err(CliError::File { .. })));
+    }
+}

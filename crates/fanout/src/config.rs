@@ -1,0 +1,64 @@
+//! Flags of the fanout service, validated at start.
+
+use std::time::Duration;
+
+use clap::Args;
+use hookline_runtime::config::{parse_duration, CommonArgs};
+
+/// Configuration of the fanout service.
+#[derive(Debug, Clone, Args)]
+pub struct Config {
+    /// Options shared by every service.
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Fanout options.
+    #[command(flatten)]
+    pub fanout: FanoutArgs,
+}
+
+/// Options of the fan-out loop.
+#[derive(Debug, Clone, Args)]
+pub struct FanoutArgs {
+    /// Consumer group of the fanout replicas on `events`.
+    #[arg(long, env = "HOOKLINE_FANOUT_GROUP", default_value = "hookline-fanout")]
+    pub group_id: String,
+
+    /// Transactional id of this replica; stable across restarts of the same
+    /// replica fences its zombies. Defaults to `hookline-fanout-<HOSTNAME>`.
+    #[arg(long, env = "HOOKLINE_FANOUT_TRANSACTIONAL_ID")]
+    pub transactional_id: Option<String>,
+
+    /// Most events in one transaction.
+    #[arg(long, env = "HOOKLINE_FANOUT_TXN_MAX_EVENTS", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub txn_max_events: u32,
+
+    /// Longest a transaction collects events before it commits (e.g. `100ms`).
+    #[arg(long, env = "HOOKLINE_FANOUT_TXN_MAX_INTERVAL", default_value = "100ms",
+          value_parser = parse_duration)]
+    pub txn_max_interval: Duration,
+
+    /// Largest event payload fanned out; larger events are quarantined. Keep it
+    /// below the `deliveries` topic's max.message.bytes.
+    #[arg(long, env = "HOOKLINE_FANOUT_MAX_PAYLOAD_BYTES", default_value_t = 768 * 1024)]
+    pub max_payload_bytes: usize,
+
+    /// Timeout of one transaction operation (commit, offsets, abort).
+    #[arg(long, env = "HOOKLINE_FANOUT_TXN_TIMEOUT", default_value = "30s",
+          value_parser = parse_duration)]
+    pub txn_timeout: Duration,
+}
+
+impl FanoutArgs {
+    /// The transactional id to use.
+    pub fn transactional_id(&self) -> String {
+        self.transactional_id.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME")
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| format!("pid-{}", std::process::id()));
+            format!("hookline-fanout-{host}")
+        })
+    }
+}

@@ -1,0 +1,364 @@
+//! The fan-out loop: consume-transform-produce in Kafka transactions. A batch
+//! of events, the deliveries and quarantined records they produce, and the
+//! consumer offsets after them commit atomically, so a crash or a rebalance
+//! never duplicates or loses a fan-out for a `read_committed` reader.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use hookline_envelope::{encode, QuarantinedHeader, Topics};
+use hookline_runtime::{health::Health, kafka, subscriptions::Subscriptions};
+use rdkafka::{
+    consumer::{Consumer, StreamConsumer},
+    error::KafkaError,
+    message::{Headers, Message, OwnedMessage},
+    producer::{FutureProducer, FutureRecord, Producer},
+    Offset, TopicPartitionList,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    config::Config,
+    context::FanoutContext,
+    metrics as fm,
+    transform::{fan_out, Input, Output},
+    FanoutError, STAGE,
+};
+
+const LOOP: &str = "fanout";
+const IDLE_POLL: Duration = Duration::from_secs(1);
+
+/// The consumer, the transactional producer and the loop state.
+pub(crate) struct FanoutLoop {
+    config: Config,
+    topics: Topics,
+    consumer: StreamConsumer<FanoutContext>,
+    producer: FutureProducer,
+    subs: Subscriptions,
+    health: Health,
+}
+
+/// Events of one transaction, with the offsets they span per partition.
+#[derive(Default)]
+struct Batch {
+    messages: Vec<OwnedMessage>,
+    /// (topic, partition) → (first offset, next offset).
+    span: BTreeMap<(String, i32), (i64, i64)>,
+}
+
+impl Batch {
+    fn push(&mut self, msg: OwnedMessage) {
+        let key = (msg.topic().to_owned(), msg.partition());
+        let offset = msg.offset();
+        self.span
+            .entry(key)
+            .and_modify(|(_, next)| *next = offset + 1)
+            .or_insert((offset, offset + 1));
+        self.messages.push(msg);
+    }
+
+    /// Forgets a revoked partition's messages: its new owner reads them again
+    /// from the last committed offset.
+    fn drop_partition(&mut self, topic: &str, partition: i32) -> usize {
+        let before = self.messages.len();
+        self.messages
+            .retain(|m| !(m.topic() == topic && m.partition() == partition));
+        self.span.remove(&(topic.to_owned(), partition));
+        before - self.messages.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.messages.is_empty()
+    }
+}
+
+enum TxnError {
+    /// Abort, rewind and go on with a new transaction.
+    Abortable(KafkaError),
+    /// The producer is unusable (fenced or fatal): re-create it, rewind.
+    Fatal(KafkaError),
+}
+
+impl FanoutLoop {
+    pub(crate) async fn new(
+        config: Config,
+        topics: Topics,
+        subs: Subscriptions,
+        health: Health,
+    ) -> Result<Self, FanoutError> {
+        let consumer: StreamConsumer<FanoutContext> =
+            kafka::client_config(&config.common, "hookline-fanout")?
+                .set("group.id", &config.fanout.group_id)
+                .set("enable.auto.commit", "false")
+                .set("enable.auto.offset.store", "false")
+                .set("auto.offset.reset", "earliest")
+                .set("isolation.level", "read_committed")
+                .set("partition.assignment.strategy", "cooperative-sticky")
+                .create_with_context(FanoutContext::default())
+                .map_err(|e| kafka_err("creating the events consumer", e))?;
+        let producer = Self::transactional_producer(&config).await?;
+        Ok(Self {
+            config,
+            topics,
+            consumer,
+            producer,
+            subs,
+            health,
+        })
+    }
+
+    async fn transactional_producer(config: &Config) -> Result<FutureProducer, FanoutError> {
+        let txn_id = config.fanout.transactional_id();
+        let producer: FutureProducer = kafka::client_config(&config.common, "hookline-fanout")?
+            .set("transactional.id", &txn_id)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("compression.type", "lz4")
+            .set("transaction.timeout.ms", "60000")
+            .create()
+            .map_err(|e| kafka_err("creating the transactional producer", e))?;
+        let timeout = config.fanout.txn_timeout;
+        let p = producer.clone();
+        tokio::task::spawn_blocking(move || p.init_transactions(timeout))
+            .await
+            .map_err(|e| FanoutError::Join(e.to_string()))?
+            .map_err(|e| kafka_err("initialising transactions", e))?;
+        tracing::info!(transactional_id = %txn_id, "transactional producer ready");
+        Ok(producer)
+    }
+
+    /// Runs until `stop`; the batch in hand when it fires is committed first.
+    pub(crate) async fn run(mut self, stop: CancellationToken) -> Result<(), FanoutError> {
+        self.consumer
+            .subscribe(&[self.topics.events()])
+            .map_err(|e| kafka_err("subscribing to events", e))?;
+        self.health.set_ready(STAGE, Ok(()));
+        tracing::info!(topic = %self.topics.events(), group = %self.config.fanout.group_id, "fanning out");
+        while !stop.is_cancelled() {
+            self.health.beat(LOOP);
+            let batch = self.collect(&stop).await;
+            if batch.is_empty() {
+                continue;
+            }
+            self.commit_batch(batch).await?;
+        }
+        self.health.forget(LOOP);
+        Ok(())
+    }
+
+    /// Collects up to `txn_max_events` events, waiting at most
+    /// `txn_max_interval` after the first one.
+    async fn collect(&self, stop: &CancellationToken) -> Batch {
+        let mut batch = Batch::default();
+        let max = self.config.fanout.txn_max_events as usize;
+        let mut deadline: Option<tokio::time::Instant> = None;
+        while batch.messages.len() < max {
+            let wait = match deadline {
+                Some(d) => d.saturating_duration_since(tokio::time::Instant::now()),
+                None => IDLE_POLL,
+            };
+            let received = tokio::select! {
+                _ = stop.cancelled() => break,
+                r = tokio::time::timeout(wait, self.consumer.recv()) => r,
+            };
+            for (topic, partition) in self.consumer.context().take_revoked() {
+                let dropped = batch.drop_partition(&topic, partition);
+                if dropped > 0 {
+                    tracing::info!(%topic, partition, dropped, "dropped a revoked partition's uncommitted events");
+                }
+            }
+            match received {
+                Err(_elapsed) => break,
+                Ok(Ok(msg)) => {
+                    batch.push(msg.detach());
+                    deadline.get_or_insert_with(|| {
+                        tokio::time::Instant::now() + self.config.fanout.txn_max_interval
+                    });
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "events consumer error");
+                    break;
+                }
+            }
+        }
+        batch
+    }
+
+    /// Commits one batch in a transaction, retrying with a rewind on failure.
+    async fn commit_batch(&mut self, batch: Batch) -> Result<(), FanoutError> {
+        let started = Instant::now();
+        match self.transact(&batch).await {
+            Ok(counts) => {
+                fm::transaction("committed", started.elapsed());
+                fm::committed(&counts);
+                Ok(())
+            }
+            Err(TxnError::Abortable(error)) => {
+                tracing::warn!(%error, events = batch.messages.len(), "transaction failed; aborting and rewinding");
+                self.abort().await;
+                fm::transaction("aborted", started.elapsed());
+                self.rewind(&batch);
+                Ok(())
+            }
+            Err(TxnError::Fatal(error)) => {
+                tracing::warn!(%error, "producer fenced or failed; re-creating it and rewinding");
+                fm::transaction("fenced", started.elapsed());
+                self.producer = Self::transactional_producer(&self.config).await?;
+                self.rewind(&batch);
+                Ok(())
+            }
+        }
+    }
+
+    async fn transact(&self, batch: &Batch) -> Result<fm::TxnCounts, TxnError> {
+        let timeout = self.config.fanout.txn_timeout;
+        self.producer.begin_transaction().map_err(classify)?;
+        let now_ms = now_millis();
+        let mut counts = fm::TxnCounts {
+            consumed: batch.messages.len(),
+            ..fm::TxnCounts::default()
+        };
+        for msg in &batch.messages {
+            let input = Input {
+                topic: msg.topic(),
+                partition: msg.partition(),
+                offset: msg.offset(),
+                key: msg.key(),
+                value: msg.payload(),
+            };
+            let output = fan_out(
+                input,
+                || copy_headers(msg),
+                |tenant, ty| self.subs.matching(tenant, ty),
+                self.config.fanout.max_payload_bytes,
+                now_ms,
+            );
+            match output {
+                Output::Deliveries(deliveries) => {
+                    for d in &deliveries {
+                        let bytes = encode(d);
+                        self.send(self.topics.deliveries(), d.tenant_id.as_bytes(), &bytes)
+                            .await?;
+                    }
+                    counts.produced += deliveries.len();
+                }
+                Output::Unmatched => counts.unmatched += 1,
+                Output::Quarantine(q) => {
+                    tracing::warn!(
+                        partition = q.source_partition,
+                        offset = q.source_offset,
+                        reason = %q.reason,
+                        detail = %q.detail,
+                        "quarantining an unusable event"
+                    );
+                    counts.quarantined.push(q.reason.clone());
+                    let key = q.key.clone().unwrap_or_default();
+                    self.send(self.topics.quarantine(), &key, &encode(q.as_ref()))
+                        .await?;
+                }
+            }
+        }
+        let mut offsets = TopicPartitionList::new();
+        for ((topic, partition), (_, next)) in &batch.span {
+            offsets
+                .add_partition_offset(topic, *partition, Offset::Offset(*next))
+                .map_err(TxnError::Abortable)?;
+        }
+        let group = self
+            .consumer
+            .group_metadata()
+            .ok_or_else(|| TxnError::Abortable(KafkaError::NoMessageReceived))?;
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || {
+            producer.send_offsets_to_transaction(&offsets, &group, timeout)?;
+            producer.commit_transaction(timeout)
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "commit task failed");
+            TxnError::Fatal(KafkaError::Canceled)
+        })?
+        .map_err(classify)?;
+        Ok(counts)
+    }
+
+    /// Enqueues one record, waiting while the producer queue is full.
+    async fn send(&self, topic: &str, key: &[u8], value: &[u8]) -> Result<(), TxnError> {
+        loop {
+            let record = FutureRecord::to(topic).key(key).payload(value);
+            match self.producer.send_result(record) {
+                // The transaction commit flushes and fails if any send failed,
+                // so the delivery report need not be awaited here.
+                Ok(_report) => return Ok(()),
+                Err((
+                    KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
+                    _,
+                )) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(classify(e)),
+            }
+        }
+    }
+
+    async fn abort(&self) {
+        let producer = self.producer.clone();
+        let timeout = self.config.fanout.txn_timeout;
+        match tokio::task::spawn_blocking(move || producer.abort_transaction(timeout)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "abort_transaction failed"),
+            Err(error) => tracing::warn!(%error, "abort task failed"),
+        }
+    }
+
+    /// Seeks every partition of the batch back to its first offset so the
+    /// events are fanned out again in the next transaction.
+    fn rewind(&self, batch: &Batch) {
+        for ((topic, partition), (first, _)) in &batch.span {
+            if let Err(error) = self.consumer.seek(
+                topic,
+                *partition,
+                Offset::Offset(*first),
+                Duration::from_secs(5),
+            ) {
+                // A partition that moved away is read again by its new owner.
+                tracing::info!(%topic, partition, %error, "could not rewind partition");
+            }
+        }
+    }
+}
+
+fn classify(e: KafkaError) -> TxnError {
+    match &e {
+        KafkaError::Transaction(rd) if rd.is_fatal() => TxnError::Fatal(e),
+        KafkaError::Transaction(_) => TxnError::Abortable(e),
+        _ => TxnError::Abortable(e),
+    }
+}
+
+fn copy_headers(msg: &OwnedMessage) -> Vec<QuarantinedHeader> {
+    msg.headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| QuarantinedHeader {
+                    name: h.key.to_owned(),
+                    value: h.value.map(<[u8]>::to_vec),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn kafka_err(context: &str, e: KafkaError) -> FanoutError {
+    FanoutError::Runtime(hookline_runtime::RuntimeError::kafka(context, e))
+}
+
+fn now_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}

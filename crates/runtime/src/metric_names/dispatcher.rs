@@ -1,0 +1,3 @@
+//! The dispatcher stage.
+
+pub(super) fn describe() {}

@@ -1,0 +1,38 @@
+//! The one home of metric names, one file per stage: `hookline_<stage>_<what>_<unit>`,
+//! counters ending in `_total`, labels from small fixed sets (never tenant, URL or ids).
+
+/// Label keys used across stages.
+pub mod label {
+    /// The stage (`fanout`, `dispatcher`, `dlq_sink`).
+    pub const STAGE: &str = "stage";
+    /// A logical topic name without prefix (`events`, `deliveries`, ...).
+    pub const TOPIC: &str = "topic";
+    /// A retry tier name (`retry-10s`, ...).
+    pub const TIER: &str = "tier";
+    /// A bounded attempt outcome (`delivered`, `http_5xx`, `timeout`, ...).
+    pub const OUTCOME: &str = "outcome";
+    /// An HTTP status class (`2xx`, `4xx`, `5xx`, `none`).
+    pub const STATUS_CLASS: &str = "status_class";
+    /// A bounded reason (`not_avro`, `exhausted`, ...).
+    pub const REASON: &str = "reason";
+}
+
+/// Always 1, with the stage and version as labels.
+pub const BUILD_INFO: &str = "hookline_build_info";
+
+mod dispatcher;
+mod dlq_sink;
+mod fanout;
+mod subscriptions;
+
+pub use fanout::*;
+pub use subscriptions::*;
+
+/// Registers help texts so `/metrics` is self-describing.
+pub fn describe_all() {
+    metrics::describe_gauge!(BUILD_INFO, "Always 1; labels carry version and stage.");
+    subscriptions::describe();
+    fanout::describe();
+    dispatcher::describe();
+    dlq_sink::describe();
+}
