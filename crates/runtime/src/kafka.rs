@@ -20,7 +20,10 @@ pub struct QuietContext;
 impl ClientContext for QuietContext {
     fn error(&self, error: KafkaError, reason: &str) {
         match error {
-            KafkaError::PartitionEOF(_) => tracing::debug!(%reason, "end of partition"),
+            KafkaError::PartitionEOF(_)
+            | KafkaError::Global(rdkafka::types::RDKafkaErrorCode::PartitionEOF) => {
+                tracing::debug!(%reason, "end of partition")
+            }
             other => tracing::warn!(error = %other, %reason, "librdkafka error"),
         }
     }

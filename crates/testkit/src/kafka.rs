@@ -139,3 +139,112 @@ pub fn consumer(group: &str) -> StreamConsumer {
         .create()
         .expect("creating test consumer")
 }
+
+/// Creates every hookline topic for `prefix` (3 partitions each, the
+/// subscriptions topic compacted) and returns their names.
+pub async fn create_hookline_topics(prefix: &str) -> anyhow::Result<hookline_envelope::Topics> {
+    let topics = hookline_envelope::Topics::with_prefix(prefix)?;
+    let plain: Vec<(&str, i32)> = topics
+        .all()
+        .into_iter()
+        .filter(|t| *t != topics.subscriptions())
+        .map(|t| (t, 3))
+        .collect();
+    create_topics(&plain, &[]).await?;
+    create_topics(
+        &[(topics.subscriptions(), 3)],
+        &[("cleanup.policy", "compact")],
+    )
+    .await?;
+    Ok(topics)
+}
+
+/// Reads every committed record of `topic` from the beginning up to the end of
+/// each partition as it is when the reader reaches it, by assignment (no group).
+pub async fn read_to_end(topic: &str) -> anyhow::Result<Vec<rdkafka::message::OwnedMessage>> {
+    use rdkafka::{
+        consumer::{BaseConsumer, Consumer},
+        message::Message,
+        Offset, TopicPartitionList,
+    };
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let consumer: BaseConsumer = client_config()
+            .set("group.id", unique_name("reader"))
+            .set("enable.auto.commit", "false")
+            .set("enable.partition.eof", "true")
+            .set("isolation.level", "read_committed")
+            .create()?;
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .first()
+            .map(|t| t.partitions().iter().map(|p| p.id()).collect())
+            .unwrap_or_default();
+        let mut tpl = TopicPartitionList::new();
+        for p in &partitions {
+            tpl.add_partition_offset(&topic, *p, Offset::Beginning)?;
+        }
+        consumer.assign(&tpl)?;
+        let mut open: std::collections::HashSet<i32> = partitions.into_iter().collect();
+        let mut out = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        while !open.is_empty() {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "reading {topic} did not reach the end within 120 s"
+            );
+            match consumer.poll(Duration::from_millis(500)) {
+                None => {}
+                Some(Ok(m)) => out.push(m.detach()),
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                    open.remove(&p);
+                }
+                Some(Err(e)) => return Err(e.into()),
+            }
+        }
+        out.sort_by_key(|m| (m.partition(), m.offset()));
+        Ok(out)
+    })
+    .await?
+}
+
+/// The offsets `group` has committed on `topic`, summed over partitions, and
+/// the topic's summed high watermarks: equal when the group has consumed all.
+pub async fn group_progress(group: &str, topic: &str) -> anyhow::Result<(i64, i64)> {
+    use rdkafka::{
+        consumer::{BaseConsumer, Consumer},
+        Offset, TopicPartitionList,
+    };
+    let (group, topic) = (group.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let consumer: BaseConsumer = client_config()
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let mut tpl = TopicPartitionList::new();
+        let mut high_sum = 0;
+        for p in metadata
+            .topics()
+            .first()
+            .map(|t| t.partitions())
+            .unwrap_or_default()
+        {
+            tpl.add_partition(&topic, p.id());
+            let (_, high) = consumer.fetch_watermarks(&topic, p.id(), Duration::from_secs(10))?;
+            high_sum += high;
+        }
+        let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+        let committed_sum = committed
+            .elements()
+            .iter()
+            .map(|e| match e.offset() {
+                Offset::Offset(o) => o,
+                _ => 0,
+            })
+            .sum();
+        Ok((committed_sum, high_sum))
+    })
+    .await?
+}

@@ -3,5 +3,6 @@
 //! Nothing here is used by the services themselves.
 
 pub mod kafka;
+pub mod records;
 
 pub use kafka::{brokers, unique_name};

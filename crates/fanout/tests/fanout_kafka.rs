@@ -1,0 +1,268 @@
+//! fanout against a real Kafka broker: matching and tenant isolation, live
+//! subscription changes, and quarantine of bad input around good events.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{header, pairs, Env};
+use hookline_envelope::{delivery_id, encode, DomainEvent};
+use hookline_testkit::records::{event, subscription};
+
+const DRAIN: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn matches_exact_and_prefix_types_and_never_another_tenants_events() {
+    let env = Env::new("fanout-match").await;
+    let url = "https://hooks.example/in";
+    env.put(&subscription("acme-all", "acme", &["*"], url))
+        .await;
+    env.put(&subscription("acme-inv", "acme", &["invoice.*"], url))
+        .await;
+    env.put(&subscription("acme-exact", "acme", &["order.created"], url))
+        .await;
+    env.put(&subscription("globex-inv", "globex", &["invoice.*"], url))
+        .await;
+    let mut off = subscription("acme-off", "acme", &["*"], url);
+    off.enabled = false;
+    env.put(&off).await;
+
+    let events = [
+        ("e1", "acme", "invoice.paid"),
+        ("e2", "acme", "order.created"),
+        ("e3", "acme", "order.shipped"),
+        ("e4", "globex", "invoice.paid"),
+        ("e5", "globex", "order.created"),
+        ("e6", "initech", "invoice.paid"),
+        ("e7", "acme", "invoicex.paid"),
+        ("e8", "acme", "invoice"),
+    ];
+    for (id, tenant, ty) in events {
+        env.publish(&event(id, tenant, ty)).await;
+    }
+    let fanout = env.start(&[]);
+    env.drained(DRAIN).await;
+    let deliveries = env.deliveries().await;
+    fanout.shutdown().await;
+
+    let expected: Vec<(String, String)> = [
+        ("e1", "acme-all"),
+        ("e1", "acme-inv"),
+        ("e2", "acme-all"),
+        ("e2", "acme-exact"),
+        ("e3", "acme-all"),
+        ("e4", "globex-inv"),
+        ("e7", "acme-all"),
+        ("e8", "acme-all"),
+    ]
+    .iter()
+    .map(|(e, s)| (e.to_string(), s.to_string()))
+    .collect();
+    assert_eq!(pairs(&deliveries), expected);
+    for d in &deliveries {
+        assert_eq!(d.delivery_id, delivery_id(&d.event_id, &d.subscription_id));
+        assert_eq!(d.attempt, 0);
+        assert_eq!(d.due_at, d.created_at);
+        let source = events.iter().find(|(id, ..)| *id == d.event_id).unwrap();
+        assert_eq!(d.tenant_id, source.1, "a delivery keeps its event's tenant");
+        assert_eq!(d.event_type, source.2);
+        assert_eq!(d.payload, event(&d.event_id, source.1, source.2).payload);
+    }
+}
+
+/// Publishes probe events until `pred` holds for the deliveries of the last
+/// probe (the table follows its topic asynchronously), then checks that it
+/// keeps holding for `confirm` more events. Returns the probes used.
+async fn until_effective(
+    env: &Env,
+    label: &str,
+    event_type: &str,
+    pred: impl Fn(&[String]) -> bool,
+    confirm: usize,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut n = 0;
+    loop {
+        n += 1;
+        let id = format!("{label}-probe-{n}");
+        env.publish(&event(&id, "acme", event_type)).await;
+        env.drained(DRAIN).await;
+        let subs: Vec<String> = env
+            .deliveries()
+            .await
+            .into_iter()
+            .filter(|d| d.event_id == id)
+            .map(|d| d.subscription_id)
+            .collect();
+        if pred(&subs) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{label}: the change did not take effect within 60 s (last probe went to {subs:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for i in 0..confirm {
+        env.publish(&event(&format!("{label}-after-{i}"), "acme", event_type))
+            .await;
+    }
+    env.drained(DRAIN).await;
+    let all = env.deliveries().await;
+    for i in 0..confirm {
+        let id = format!("{label}-after-{i}");
+        let subs: Vec<String> = all
+            .iter()
+            .filter(|d| d.event_id == id)
+            .map(|d| d.subscription_id.clone())
+            .collect();
+        assert!(
+            pred(&subs),
+            "{label}: event {id} went to {subs:?} after the change took effect"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscription_created_changed_disabled_and_deleted_while_events_flow() {
+    let env = Env::new("fanout-live").await;
+    let url = "https://hooks.example/in";
+    env.put(&subscription("base", "acme", &["*"], url)).await;
+    let fanout = env.start(&[]);
+
+    // Before the subscription exists, only `base` receives.
+    until_effective(&env, "before", "invoice.paid", |s| s == ["base"], 5).await;
+
+    let mut live = subscription("live", "acme", &["invoice.*"], url);
+    env.put(&live).await;
+    until_effective(
+        &env,
+        "created",
+        "invoice.paid",
+        |s| s == ["base", "live"],
+        10,
+    )
+    .await;
+
+    live.event_types = vec!["order.*".into()];
+    live.version = 2;
+    env.put(&live).await;
+    until_effective(&env, "changed", "invoice.paid", |s| s == ["base"], 10).await;
+    until_effective(
+        &env,
+        "changed-order",
+        "order.created",
+        |s| s == ["base", "live"],
+        5,
+    )
+    .await;
+
+    live.enabled = false;
+    live.version = 3;
+    env.put(&live).await;
+    until_effective(&env, "disabled", "order.created", |s| s == ["base"], 10).await;
+
+    live.enabled = true;
+    live.version = 4;
+    env.put(&live).await;
+    until_effective(
+        &env,
+        "enabled",
+        "order.created",
+        |s| s == ["base", "live"],
+        5,
+    )
+    .await;
+
+    env.delete("live").await;
+    until_effective(&env, "deleted", "order.created", |s| s == ["base"], 10).await;
+
+    fanout.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_quarantined_while_good_events_around_it_fan_out() {
+    let env = Env::new("fanout-quarantine").await;
+    env.put(&subscription(
+        "acme-all",
+        "acme",
+        &["*"],
+        "https://hooks.example/in",
+    ))
+    .await;
+    let topic = env.topics.events().to_owned();
+    let good = |n: u32| event(&format!("good-{n}"), "acme", "invoice.paid");
+
+    let mut unknown = encode(&good(99));
+    unknown[2..10].copy_from_slice(&0x0123_4567_89ab_cdef_u64.to_le_bytes());
+    let mut truncated = encode(&good(98));
+    truncated.truncate(truncated.len() - 4);
+    let mut oversize: DomainEvent = good(97);
+    oversize.payload = vec![b'x'; 4096];
+    let oversize = encode(&oversize);
+    let wrong_record = encode(&subscription("s", "acme", &["*"], "https://x.example"));
+
+    env.publish(&good(1)).await;
+    env.send(
+        &topic,
+        b"acme",
+        Some(b"{\"json\":\"not avro\"}"),
+        Some(header("source", "legacy")),
+    )
+    .await;
+    env.publish(&good(2)).await;
+    env.send(&topic, b"acme", Some(&unknown), None).await;
+    env.publish(&good(3)).await;
+    env.send(&topic, b"acme", Some(&truncated), None).await;
+    env.publish(&good(4)).await;
+    env.send(&topic, b"acme", Some(&oversize), None).await;
+    env.publish(&good(5)).await;
+    env.send(&topic, b"acme", Some(&wrong_record), None).await;
+    env.publish(&good(6)).await;
+    env.send(&topic, b"acme", None, None).await;
+    env.publish(&good(7)).await;
+
+    let fanout = env.start(&["--max-payload-bytes", "1024"]);
+    env.drained(DRAIN).await;
+    let deliveries = env.deliveries().await;
+    let quarantined = env.quarantined().await;
+    fanout.shutdown().await;
+
+    let delivered: Vec<String> = pairs(&deliveries).into_iter().map(|(e, _)| e).collect();
+    assert_eq!(
+        delivered,
+        (1..=7).map(|n| format!("good-{n}")).collect::<Vec<_>>()
+    );
+    let reasons: Vec<&str> = quarantined.iter().map(|q| q.reason.as_str()).collect();
+    assert_eq!(
+        reasons,
+        [
+            "not_avro",
+            "unknown_fingerprint",
+            "bad_datum",
+            "payload_too_large",
+            "wrong_record",
+            "not_avro"
+        ]
+    );
+    let first = &quarantined[0];
+    assert_eq!(first.key.as_deref(), Some(&b"acme"[..]));
+    assert_eq!(first.value, b"{\"json\":\"not avro\"}");
+    assert_eq!(first.headers.len(), 1);
+    assert_eq!(first.headers[0].name, "source");
+    assert_eq!(first.headers[0].value.as_deref(), Some(&b"legacy"[..]));
+    assert_eq!(first.source_topic, topic);
+    assert_eq!(quarantined[1].value, unknown);
+    assert!(
+        quarantined[1].detail.contains("0123456789abcdef"),
+        "{}",
+        quarantined[1].detail
+    );
+    assert_eq!(quarantined[3].value, oversize);
+    // Coordinates are the originals: strictly increasing on one partition.
+    let partition = first.source_partition;
+    assert!(quarantined.iter().all(|q| q.source_partition == partition));
+    assert!(quarantined
+        .windows(2)
+        .all(|w| w[0].source_offset < w[1].source_offset));
+}

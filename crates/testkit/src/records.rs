@@ -1,0 +1,32 @@
+//! Builders of contract records for tests, with every field filled.
+
+use hookline_envelope::{DomainEvent, Subscription};
+
+/// A JSON domain event of `tenant` and `event_type` with id `event_id`.
+pub fn event(event_id: &str, tenant: &str, event_type: &str) -> DomainEvent {
+    DomainEvent {
+        event_id: event_id.to_owned(),
+        tenant_id: tenant.to_owned(),
+        event_type: event_type.to_owned(),
+        occurred_at: 1_764_000_000_000,
+        content_type: "application/json".to_owned(),
+        payload: format!(r#"{{"id":"{event_id}","type":"{event_type}"}}"#).into_bytes(),
+        attributes: Default::default(),
+    }
+}
+
+/// An enabled subscription of `tenant` to `patterns`, version 1.
+pub fn subscription(id: &str, tenant: &str, patterns: &[&str], url: &str) -> Subscription {
+    Subscription {
+        subscription_id: id.to_owned(),
+        tenant_id: tenant.to_owned(),
+        url: url.to_owned(),
+        event_types: patterns.iter().map(|p| (*p).to_owned()).collect(),
+        secret_ref: format!("{tenant}-secret"),
+        enabled: true,
+        max_in_flight: 4,
+        rate_limit_per_s: None,
+        version: 1,
+        updated_at: 1_764_000_000_000,
+    }
+}
