@@ -4,6 +4,7 @@
 
 pub mod classify;
 pub mod due;
+pub mod egress;
 pub mod ladder;
 pub mod lanes;
 pub mod matching;
@@ -14,6 +15,7 @@ pub use classify::{
     RejectReason, Verdict, MAX_RETRY_AFTER, OUTCOMES,
 };
 pub use due::{head_decision, DueTimers, HeadDecision};
+pub use egress::{blocked_range, BlockedRange, Cidr, CidrError, EgressDenied, EgressPolicy};
 pub use ladder::{ExhaustReason, Ladder, LadderError, RetryDecision, Tier, MAX_LADDER_DURATION};
 pub use lanes::{Flow, Job, LaneError, LaneKey, LaneLimits, Lanes, Started};
 pub use matching::{EventTypeFilter, EventTypePattern, PatternError, MAX_PATTERN_LEN};
