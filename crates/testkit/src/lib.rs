@@ -3,6 +3,7 @@
 //! Nothing here is used by the services themselves.
 
 pub mod kafka;
+pub mod receiver;
 pub mod records;
 
 pub use kafka::{brokers, unique_name};

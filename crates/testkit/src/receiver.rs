@@ -1,0 +1,331 @@
+//! A fault-injecting webhook receiver for tests: a hyper server on 127.0.0.1:0
+//! (plain HTTP, or HTTPS with a fresh self-signed certificate, HTTP/1.1 and h2)
+//! that records every request — method, path, version, headers, body, arrival
+//! time — and answers per path as told: a status, a delay, fail the first N
+//! requests then succeed, a `Retry-After`. Stops when dropped.
+
+use std::{
+    collections::HashMap,
+    convert::Infallible,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::Context;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{body::Incoming, header::HeaderMap, service::service_fn, Method, Request, Response};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
+use tokio::{net::TcpListener, sync::Notify, task::JoinHandle};
+
+/// How the receiver answers requests to one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Behaviour {
+    /// Status once the failures are used up.
+    pub status: u16,
+    /// Wait this long before answering (the request is recorded on arrival).
+    pub delay: Duration,
+    /// Answer the first `fail_first` requests with `fail_status`.
+    pub fail_first: u32,
+    pub fail_status: u16,
+    /// `Retry-After` value sent with failures (and with `status` if it is not 2xx).
+    pub retry_after: Option<String>,
+    /// Response body.
+    pub body: Bytes,
+    /// Extra response headers (e.g. `location` for a redirect).
+    pub headers: Vec<(String, String)>,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Self {
+            status: 204,
+            delay: Duration::ZERO,
+            fail_first: 0,
+            fail_status: 503,
+            retry_after: None,
+            body: Bytes::new(),
+            headers: Vec::new(),
+        }
+    }
+}
+
+impl Behaviour {
+    pub fn status(status: u16) -> Self {
+        Self {
+            status,
+            ..Self::default()
+        }
+    }
+
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = delay;
+        self
+    }
+
+    pub fn fail_first(mut self, times: u32, status: u16) -> Self {
+        self.fail_first = times;
+        self.fail_status = status;
+        self
+    }
+
+    pub fn retry_after(mut self, value: impl Into<String>) -> Self {
+        self.retry_after = Some(value.into());
+        self
+    }
+
+    pub fn body(mut self, body: impl Into<Bytes>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.to_owned(), value.to_owned()));
+        self
+    }
+}
+
+/// One request as it arrived.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub method: Method,
+    pub path: String,
+    pub version: hyper::Version,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+    /// Monotonic arrival time, for waits and ordering.
+    pub at: Instant,
+    /// Wall-clock arrival time, to compare with record timestamps.
+    pub received_at: SystemTime,
+}
+
+impl Recorded {
+    /// A header as a string ("" when absent or not UTF-8).
+    pub fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    requests: Mutex<Vec<Recorded>>,
+    behaviours: Mutex<HashMap<String, Behaviour>>,
+    seen: Mutex<HashMap<String, u32>>,
+    arrived: Notify,
+}
+
+/// The running receiver.
+#[derive(Debug)]
+pub struct Receiver {
+    addr: SocketAddr,
+    scheme: &'static str,
+    state: Arc<State>,
+    task: JoinHandle<()>,
+    ca_pem: Option<String>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Receiver {
+    /// A plain-HTTP receiver; every path answers 204 until told otherwise.
+    pub async fn start() -> anyhow::Result<Self> {
+        Self::spawn(None).await
+    }
+
+    /// An HTTPS receiver with a fresh self-signed certificate for `localhost` and
+    /// 127.0.0.1; [`ca_pem`](Self::ca_pem) is the certificate to trust.
+    pub async fn start_tls() -> anyhow::Result<Self> {
+        let cert = rcgen::generate_simple_self_signed(vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+        ])
+        .context("generating a test certificate")?;
+        let ca_pem = cert.cert.pem();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
+            rustls::pki_types::PrivatePkcs8KeyDer::from(cert.key_pair.serialize_der()),
+        );
+        let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.cert.der().clone()], key)
+        .context("building the TLS server config")?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let mut receiver =
+            Self::spawn(Some(tokio_rustls::TlsAcceptor::from(Arc::new(config)))).await?;
+        receiver.ca_pem = Some(ca_pem);
+        Ok(receiver)
+    }
+
+    async fn spawn(tls: Option<tokio_rustls::TlsAcceptor>) -> anyhow::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State::default());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let task = tokio::spawn(accept_loop(listener, tls, Arc::clone(&state)));
+        Ok(Self {
+            addr,
+            scheme,
+            state,
+            task,
+            ca_pem: None,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port><path>` (or https).
+    pub fn url(&self, path: &str) -> String {
+        format!("{}://{}{path}", self.scheme, self.addr)
+    }
+
+    /// The PEM certificate of an HTTPS receiver.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
+    }
+
+    /// Sets how `path` answers from now on.
+    pub fn set(&self, path: &str, behaviour: Behaviour) {
+        lock(&self.state.behaviours).insert(path.to_owned(), behaviour);
+    }
+
+    /// Every request so far, in arrival order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        lock(&self.state.requests).clone()
+    }
+
+    /// Requests to `path` so far.
+    pub fn requests_to(&self, path: &str) -> Vec<Recorded> {
+        lock(&self.state.requests)
+            .iter()
+            .filter(|r| r.path == path)
+            .cloned()
+            .collect()
+    }
+
+    pub fn count(&self) -> usize {
+        lock(&self.state.requests).len()
+    }
+
+    /// Waits until `done` holds for the requests so far, or `timeout` passes;
+    /// returns whether it held.
+    pub async fn wait_until(
+        &self,
+        timeout: Duration,
+        mut done: impl FnMut(&[Recorded]) -> bool,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.state.arrived.notified();
+            if done(&lock(&self.state.requests)) {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return done(&lock(&self.state.requests));
+            }
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    state: Arc<State>,
+) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let state = Arc::clone(&state);
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |req| handle(Arc::clone(&state), req));
+            let builder = auto::Builder::new(TokioExecutor::new());
+            match tls {
+                None => {
+                    let _ = builder
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                }
+                Some(acceptor) => {
+                    if let Ok(stream) = acceptor.accept(stream).await {
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                }
+            }
+        });
+    }
+}
+
+async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let at = Instant::now();
+    let received_at = SystemTime::now();
+    let (parts, body) = req.into_parts();
+    let body = body
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let path = parts.uri.path().to_owned();
+    let behaviour = lock(&state.behaviours)
+        .get(&path)
+        .cloned()
+        .unwrap_or_default();
+    let nth = {
+        let mut seen = lock(&state.seen);
+        let n = seen.entry(path.clone()).or_default();
+        *n += 1;
+        *n
+    };
+    lock(&state.requests).push(Recorded {
+        method: parts.method,
+        path,
+        version: parts.version,
+        headers: parts.headers,
+        body,
+        at,
+        received_at,
+    });
+    state.arrived.notify_waiters();
+    if !behaviour.delay.is_zero() {
+        tokio::time::sleep(behaviour.delay).await;
+    }
+    let status = if nth <= behaviour.fail_first {
+        behaviour.fail_status
+    } else {
+        behaviour.status
+    };
+    let mut response = Response::builder().status(status);
+    if let Some(ra) = behaviour.retry_after.as_deref().filter(|_| status >= 300) {
+        response = response.header("retry-after", ra);
+    }
+    for (name, value) in &behaviour.headers {
+        response = response.header(name, value);
+    }
+    Ok(response
+        .body(Full::new(behaviour.body.clone()))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()))))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
