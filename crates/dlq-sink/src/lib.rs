@@ -1,27 +1,86 @@
-//! The dlq-sink stage: see DESIGN.md. `run` serves the operations endpoint and
-//! stops cleanly when the shutdown token is cancelled.
+//! The dlq-sink stage (DESIGN §5): archives every record of `deliveries.dlq` and
+//! `events.quarantine` durably (Avro object container files, partitioned by date and tenant,
+//! each row with its Kafka coordinates) and commits only after the archive write is durable;
+//! `inspect` and `replay` let operators list, count and re-send dead letters without
+//! touching the sink's consumer group.
 
-use clap::Args;
-use hookline_runtime::{config::CommonArgs, ops::Ops, RuntimeError};
+mod archive;
+pub mod config;
+mod metrics;
+pub mod row;
+mod service;
+pub mod store;
+
+use hookline_envelope::{TopicError, Topics};
+use hookline_runtime::{kafka, ops::Ops, RuntimeError};
 use tokio_util::sync::CancellationToken;
+
+pub use config::{Config, SinkArgs};
+pub use store::{ArchiveArgs, ArchiveStore, StoreError};
 
 /// The stage name used in metrics and logs.
 pub const STAGE: &str = "dlq_sink";
 
-/// Configuration of the dlq-sink service.
-#[derive(Debug, Clone, Args)]
-pub struct Config {
-    /// Options shared by every service.
-    #[command(flatten)]
-    pub common: CommonArgs,
+/// Why the dlq-sink stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum DlqSinkError {
+    /// A shared adapter failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The topic prefix makes illegal topic names.
+    #[error("invalid --topic-prefix: {0}")]
+    Topics(#[from] TopicError),
+    /// A flag has an unusable value.
+    #[error("invalid {flag}: {why}")]
+    Config {
+        /// The flag and its environment variable.
+        flag: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+    /// The archive could not be opened or written.
+    #[error("archive: {0}")]
+    Store(#[from] StoreError),
+    /// A row could not be encoded into an archive file.
+    #[error(transparent)]
+    Encode(#[from] archive::EncodeError),
+    /// An archive file could not be finished.
+    #[error("cannot finish an archive file")]
+    Avro(#[source] apache_avro::Error),
 }
 
-/// Runs the service until `shutdown` is cancelled.
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RuntimeError> {
+/// Runs the sink until `shutdown` is cancelled: open files are written and offsets
+/// committed before it returns.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DlqSinkError> {
+    let topics = Topics::with_prefix(&config.common.topic_prefix)?;
+    let limits = config.sink.limits()?;
+    let store = ArchiveStore::open(&config.archive, true)?;
+    let cleaned = store.clean_temp_files();
+    if cleaned > 0 {
+        tracing::info!(cleaned, "removed temp files left by a crash");
+    }
     let ops = Ops::start(config.common.http_addr, STAGE).await?;
-    ops.health.set_ready(STAGE, Ok(()));
-    shutdown.cancelled().await;
+    metrics::describe();
+    ops.health
+        .set_ready(STAGE, Err("waiting for topics".into()));
+    let result = async {
+        let needed = [topics.dlq(), topics.quarantine()];
+        if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, &shutdown).await? {
+            return Ok(());
+        }
+        service::SinkLoop::new(
+            &config,
+            topics.clone(),
+            store,
+            limits,
+            ops.health.clone(),
+            shutdown.clone(),
+        )?
+        .run()
+        .await
+    }
+    .await;
     ops.health.set_draining();
     ops.stop().await;
-    Ok(())
+    result
 }

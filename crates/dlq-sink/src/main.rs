@@ -1,8 +1,8 @@
-//! `hookline-dlq-sink`: parses flags and environment, sets up logging, runs.
+//! `hookline-dlq-sink`: parses flags and environment, sets up logging, and runs the sink.
 
 use clap::Parser;
 
-/// hookline dlq-sink service.
+/// hookline dlq-sink: a durable archive of dead letters and quarantined events.
 #[derive(Debug, Parser)]
 #[command(name = "hookline-dlq-sink", version, about)]
 struct Cli {

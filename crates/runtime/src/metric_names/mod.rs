@@ -25,6 +25,7 @@ mod dlq_sink;
 mod fanout;
 mod subscriptions;
 
+pub use dlq_sink::*;
 pub use fanout::*;
 pub use subscriptions::*;
 

@@ -1,0 +1,304 @@
+//! The archiving loop: reads `deliveries.dlq` and `events.quarantine` in a consumer group,
+//! appends every record to an open archive file and commits a partition's offset only after
+//! every file holding its earlier records is durable.
+//!
+//! Guarantees: at least once into the archive. A crash or a revoked partition re-reads from
+//! the last commit, so rows can be archived twice (same coordinates), never lost. A record
+//! that does not decode is archived raw with the reason; nothing read is skipped. On stop,
+//! every open file is written and the offsets committed synchronously before returning.
+
+use std::{
+    sync::Mutex,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use bytes::Bytes;
+use hookline_envelope::Topics;
+use hookline_runtime::{health::Health, kafka};
+use rdkafka::{
+    consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer},
+    message::{BorrowedMessage, Headers, Message},
+    ClientContext, Offset, TopicPartitionList,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    archive::{FileKey, Limits, OpenFiles},
+    metrics as sm,
+    row::{ArchiveHeader, ArchiveRow, Kind, RawRecord},
+    store::ArchiveStore,
+    Config, DlqSinkError, STAGE,
+};
+
+const LOOP: &str = "dlq_sink";
+const TICK: Duration = Duration::from_millis(200);
+const RETRY_MIN: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// Rebalance callbacks only record revoked partitions; the loop acts on them.
+#[derive(Debug, Default)]
+pub(crate) struct SinkContext {
+    revoked: Mutex<Vec<(String, i32)>>,
+}
+
+impl SinkContext {
+    fn take_revoked(&self) -> Vec<(String, i32)> {
+        std::mem::take(&mut *self.revoked.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+impl ClientContext for SinkContext {}
+
+impl ConsumerContext for SinkContext {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let parts = |tpl: &TopicPartitionList| -> Vec<(String, i32)> {
+            tpl.elements()
+                .iter()
+                .map(|e| (e.topic().to_owned(), e.partition()))
+                .collect()
+        };
+        match rebalance {
+            Rebalance::Revoke(tpl) => {
+                let revoked = parts(tpl);
+                tracing::info!(partitions = ?revoked, "partitions revoked");
+                self.revoked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend(revoked);
+            }
+            Rebalance::Assign(tpl) => {
+                tracing::info!(partitions = ?parts(tpl), "partitions assigned");
+            }
+            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
+        }
+    }
+}
+
+pub(crate) struct SinkLoop {
+    consumer: StreamConsumer<SinkContext>,
+    topics: Topics,
+    store: ArchiveStore,
+    files: OpenFiles,
+    health: Health,
+    committed: std::collections::HashMap<(String, i32), i64>,
+    grace: Duration,
+    stop: CancellationToken,
+}
+
+impl SinkLoop {
+    pub(crate) fn new(
+        config: &Config,
+        topics: Topics,
+        store: ArchiveStore,
+        limits: Limits,
+        health: Health,
+        stop: CancellationToken,
+    ) -> Result<Self, DlqSinkError> {
+        let consumer: StreamConsumer<SinkContext> =
+            kafka::client_config(&config.common, "hookline-dlq-sink")?
+                .set("group.id", &config.sink.group_id)
+                .set("enable.auto.commit", "false")
+                .set("enable.auto.offset.store", "false")
+                .set("auto.offset.reset", "earliest")
+                .set("isolation.level", "read_committed")
+                .set("partition.assignment.strategy", "cooperative-sticky")
+                .create_with_context(SinkContext::default())
+                .map_err(|e| hookline_runtime::RuntimeError::kafka("creating the consumer", e))?;
+        Ok(Self {
+            consumer,
+            topics,
+            store,
+            files: OpenFiles::new(limits),
+            health,
+            committed: Default::default(),
+            grace: config.common.shutdown_grace,
+            stop,
+        })
+    }
+
+    /// Archives until `stop`, then writes every open file and commits.
+    pub(crate) async fn run(mut self) -> Result<(), DlqSinkError> {
+        let stop = self.stop.clone();
+        let wanted = [self.topics.dlq(), self.topics.quarantine()];
+        self.consumer
+            .subscribe(&wanted)
+            .map_err(|e| hookline_runtime::RuntimeError::kafka("subscribing", e))?;
+        self.health.set_ready(STAGE, Ok(()));
+        tracing::info!(topics = ?wanted, archive = %self.store, "archiving");
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let received = tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tick.tick() => None,
+                r = self.consumer.recv() => Some(r.map(|m| self.to_row(&m))),
+            };
+            self.forget_revoked();
+            match received {
+                Some(Ok(Some((kind, row)))) => self.files.append(kind, &row, now_ms())?,
+                Some(Ok(None)) => {}
+                Some(Err(error)) => tracing::warn!(%error, "consumer error; continuing"),
+                None => {}
+            }
+            self.health.beat(LOOP);
+            let now = now_ms();
+            sm::backlog(
+                self.files.oldest_unarchived_ms(),
+                now,
+                self.files.buffered_rows(),
+            );
+            let due = self.files.due(now);
+            if !due.is_empty() {
+                self.write(due, None).await?;
+                self.commit(CommitMode::Async);
+            }
+        }
+        self.drain().await
+    }
+
+    async fn drain(mut self) -> Result<(), DlqSinkError> {
+        self.forget_revoked();
+        let open = self.files.all();
+        tracing::info!(files = open.len(), "draining: writing open archive files");
+        let deadline = Instant::now() + self.grace;
+        let result = self.write(open, Some(deadline)).await;
+        // Commit what is durable even if some file could not be written in time, and
+        // every position again synchronously, in case an earlier async commit was lost.
+        self.committed.clear();
+        self.commit(CommitMode::Sync);
+        self.health.forget(LOOP);
+        result
+    }
+
+    fn forget_revoked(&mut self) {
+        for (topic, partition) in self.consumer.context().take_revoked() {
+            let dropped = self.files.drop_partition(&topic, partition);
+            self.committed.remove(&(topic.clone(), partition));
+            if dropped > 0 {
+                tracing::info!(%topic, partition, dropped, "revoked partition's unarchived rows left to its new owner");
+            }
+        }
+    }
+
+    fn to_row(&self, msg: &BorrowedMessage<'_>) -> Option<(Kind, ArchiveRow)> {
+        let kind = if msg.topic() == self.topics.dlq() {
+            Kind::Dlq
+        } else if msg.topic() == self.topics.quarantine() {
+            Kind::Quarantine
+        } else {
+            tracing::warn!(
+                topic = msg.topic(),
+                "record from an unexpected topic; ignored"
+            );
+            return None;
+        };
+        let headers = msg
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| ArchiveHeader {
+                        name: h.key.to_owned(),
+                        value: h.value.map(<[u8]>::to_vec),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let rec = RawRecord {
+            topic: msg.topic(),
+            partition: msg.partition(),
+            offset: msg.offset(),
+            timestamp: msg.timestamp().to_millis(),
+            key: msg.key(),
+            value: msg.payload(),
+        };
+        let row = ArchiveRow::from_record(kind, rec, headers, now_ms());
+        if let Some(error) = &row.decode_error {
+            tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %error, "archiving an undecodable record raw");
+        }
+        Some((kind, row))
+    }
+
+    /// Writes each file durably, retrying with backoff; gives up only at `deadline`.
+    async fn write(
+        &mut self,
+        keys: Vec<FileKey>,
+        mut deadline: Option<Instant>,
+    ) -> Result<(), DlqSinkError> {
+        for key in keys {
+            let Some(mut file) = self.files.seal(&key).map_err(DlqSinkError::Avro)? else {
+                continue;
+            };
+            let path = self.store.path(&file.relative_path);
+            let bytes = Bytes::from(std::mem::take(&mut file.bytes));
+            let mut backoff = RETRY_MIN;
+            loop {
+                let started = Instant::now();
+                match self.store.put_durable(&path, bytes.clone()).await {
+                    Ok(()) => {
+                        sm::file_written(&file, bytes.len(), started.elapsed());
+                        self.files.written(&key);
+                        tracing::debug!(%path, rows = file.rows, first_offset = file.first_offset, bytes = bytes.len(), "archive file written");
+                        break;
+                    }
+                    Err(error) => {
+                        sm::write_failed(started.elapsed());
+                        self.health
+                            .set_ready(STAGE, Err(format!("cannot write to the archive: {error}")));
+                        tracing::warn!(error = %crate::row::error_chain(&error), %path, "archive write failed; retrying");
+                        if deadline.is_none() && self.stop.is_cancelled() {
+                            deadline = Some(Instant::now() + self.grace);
+                        }
+                        if deadline.is_some_and(|d| Instant::now() + backoff > d) {
+                            return Err(DlqSinkError::Store(error));
+                        }
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(RETRY_MAX);
+                        self.health.beat(LOOP);
+                    }
+                }
+            }
+            self.health.set_ready(STAGE, Ok(()));
+        }
+        Ok(())
+    }
+
+    /// Commits every partition whose durable position moved.
+    fn commit(&mut self, mode: CommitMode) {
+        let mut tpl = TopicPartitionList::new();
+        let mut moved = Vec::new();
+        for (topic, partition, offset) in self.files.committable() {
+            let key = (topic.clone(), partition);
+            if self.committed.get(&key) == Some(&offset) {
+                continue;
+            }
+            if tpl
+                .add_partition_offset(&topic, partition, Offset::Offset(offset))
+                .is_ok()
+            {
+                moved.push((key, offset));
+            }
+        }
+        if moved.is_empty() {
+            return;
+        }
+        match self.consumer.commit(&tpl, mode) {
+            Ok(()) => {
+                sm::commit(true);
+                self.committed.extend(moved);
+            }
+            Err(error) => {
+                // Not fatal: the rows are durable; a later commit covers them, and a
+                // crash before then only archives them again.
+                sm::commit(false);
+                tracing::warn!(%error, "offset commit failed");
+            }
+        }
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
