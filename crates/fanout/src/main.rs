@@ -1,5 +1,5 @@
 //! `hookline-fanout`: parses flags and environment, sets up logging, and runs
-//! the service or a `subscriptions` subcommand.
+//! the service or a `subscriptions` or `topics` subcommand.
 
 use clap::{Parser, Subcommand};
 use hookline_fanout::cli::SubscriptionsCmd;
@@ -19,6 +19,8 @@ enum Command {
     /// Manage the subscription table.
     #[command(subcommand)]
     Subscriptions(SubscriptionsCmd),
+    /// Create or correct every hookline topic (previews unless --execute).
+    Topics(hookline_runtime::provision::TopicsArgs),
 }
 
 #[tokio::main]
@@ -31,6 +33,11 @@ async fn main() -> anyhow::Result<()> {
             hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
             let mut stdout = std::io::stdout().lock();
             hookline_fanout::cli::run(common, cmd, &mut stdout).await?;
+        }
+        Some(Command::Topics(args)) => {
+            hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
+            let mut stdout = std::io::stdout().lock();
+            hookline_runtime::provision::run(common, &args, &mut stdout).await?;
         }
         None => {
             hookline_runtime::telemetry::init_logging(&common.log, common.log_format)?;

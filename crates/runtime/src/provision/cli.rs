@@ -1,0 +1,147 @@
+//! `topics`: the flags of the provisioning command and its run: observe, plan,
+//! print the plan, and apply it only with `--execute`.
+
+use std::{io::Write, time::Duration};
+
+use clap::Args;
+
+use super::{
+    admin::Admin,
+    plan::{plan, PlanOptions},
+    spec::{default_tiers, desired, parse_override, parse_tier, Settings},
+    Plan, ProvisionError,
+};
+use crate::{
+    config::{parse_duration, CommonArgs},
+    kafka::client_config,
+};
+
+/// Create or correct every hookline topic. Previews by default.
+#[derive(Debug, Clone, Args)]
+pub struct TopicsArgs {
+    /// Apply the plan (without it, only print what would change).
+    #[arg(long, env = "HOOKLINE_TOPICS_EXECUTE")]
+    pub execute: bool,
+
+    /// Add partitions to topics that have fewer than the settings ask for.
+    /// Adding partitions moves tenant keys; records already queued may be
+    /// overtaken. Shrinking is never done.
+    #[arg(long, env = "HOOKLINE_TOPICS_ALLOW_PARTITION_INCREASE")]
+    pub allow_partition_increase: bool,
+
+    /// Partitions of every topic (per topic: `--set events:partitions=24`).
+    #[arg(long, env = "HOOKLINE_TOPICS_PARTITIONS", default_value_t = 12,
+          value_parser = clap::value_parser!(i32).range(1..))]
+    pub partitions: i32,
+
+    /// Replication factor of every topic.
+    #[arg(long, env = "HOOKLINE_TOPICS_REPLICATION_FACTOR", default_value_t = 3,
+          value_parser = clap::value_parser!(i32).range(1..))]
+    pub replication_factor: i32,
+
+    /// Retention of every topic except the compacted `subscriptions`; at least
+    /// 7d (per topic: `--set deliveries.dlq:retention=30d`).
+    #[arg(long, env = "HOOKLINE_TOPICS_RETENTION", default_value = "7d",
+          value_parser = parse_duration)]
+    pub retention: Duration,
+
+    /// max.message.bytes of events, subscriptions and deliveries; retry tiers,
+    /// the DLQ and the quarantine get 64 KiB more for the fields they add.
+    #[arg(
+        long,
+        env = "HOOKLINE_TOPICS_MAX_MESSAGE_BYTES",
+        default_value_t = 1024 * 1024
+    )]
+    pub max_message_bytes: u64,
+
+    /// The retry ladder as NAME=DELAY, in order (default: the standard ladder
+    /// retry-10s, retry-1m, retry-15m, retry-2h). Must match the dispatcher's.
+    #[arg(long = "retry-tier", env = "HOOKLINE_TOPICS_RETRY_TIERS",
+          value_delimiter = ',', value_parser = parse_tier, value_name = "NAME=DELAY")]
+    pub retry_tiers: Vec<(String, Duration)>,
+
+    /// Per-topic setting, repeatable: TOPIC:KEY=VALUE with TOPIC unprefixed
+    /// (`events`, `deliveries.retry-2h`, ...) and KEY `partitions`,
+    /// `replication`, `retention` (a duration) or any topic config key. In the
+    /// environment, separate entries with `;`.
+    #[arg(long = "set", env = "HOOKLINE_TOPICS_SET", value_delimiter = ';',
+          value_parser = parse_override, value_name = "TOPIC:KEY=VALUE")]
+    pub set: Vec<(String, String, String)>,
+
+    /// Timeout of each admin request.
+    #[arg(long = "admin-timeout", env = "HOOKLINE_TOPICS_ADMIN_TIMEOUT", default_value = "30s",
+          value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+impl TopicsArgs {
+    /// The settings these flags describe, with the topic prefix from `common`.
+    pub fn settings(&self, common: &CommonArgs) -> Settings {
+        Settings {
+            prefix: common.topic_prefix.clone(),
+            tiers: if self.retry_tiers.is_empty() {
+                default_tiers()
+            } else {
+                self.retry_tiers.clone()
+            },
+            partitions: self.partitions,
+            replication: self.replication_factor,
+            retention: self.retention,
+            max_message_bytes: self.max_message_bytes,
+            overrides: self.set.clone(),
+        }
+    }
+}
+
+/// Observes the cluster, prints the plan to `out`, and applies it with
+/// `--execute`. Returns the plan that was printed (and applied, if executed).
+pub async fn run(
+    common: &CommonArgs,
+    args: &TopicsArgs,
+    out: &mut impl Write,
+) -> Result<Plan, ProvisionError> {
+    let specs = desired(&args.settings(common))?;
+    let admin = Admin::new(client_config(common, "hookline-topics")?, args.timeout)?;
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    let observed = admin.observe(&names).await?;
+    let plan = plan(
+        &specs,
+        &observed,
+        PlanOptions {
+            allow_partition_increase: args.allow_partition_increase,
+        },
+    )?;
+    for action in &plan.actions {
+        writeln!(out, "{action}")?;
+    }
+    for name in &plan.unchanged {
+        writeln!(out, "= ok       {name}")?;
+    }
+    for note in &plan.notes {
+        writeln!(out, "! note     {note}")?;
+    }
+    let summary = summary(&plan);
+    if plan.is_empty() {
+        writeln!(out, "topics: all {} as desired; nothing to do", specs.len())?;
+    } else if args.execute {
+        admin.apply(&plan.actions).await?;
+        writeln!(out, "topics: applied {summary}")?;
+    } else {
+        writeln!(
+            out,
+            "topics: would apply {summary} (preview; re-run with --execute to apply)"
+        )?;
+    }
+    Ok(plan)
+}
+
+fn summary(plan: &Plan) -> String {
+    use super::Action;
+    let count = |f: fn(&Action) -> bool| plan.actions.iter().filter(|a| f(a)).count();
+    format!(
+        "{} create, {} alter, {} grow",
+        count(|a| matches!(a, Action::Create(_))),
+        count(|a| matches!(a, Action::AlterConfigs { .. })),
+        count(|a| matches!(a, Action::AddPartitions { .. })),
+    )
+}

@@ -1,0 +1,340 @@
+//! The desired state of every hookline topic, derived from a few settings and
+//! per-topic overrides, and the safety rules it must satisfy before anything is
+//! planned. Topic names come from [`hookline_envelope::Topics`] only.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use hookline_envelope::Topics;
+
+use super::ProvisionError;
+use crate::config::parse_duration;
+
+/// No hookline topic that deletes old records keeps them for less than this:
+/// the DLQ replay window and recovery from a stuck consumer both need days.
+pub const MIN_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// A retry tier's retention must be at least this many times its delay, so a
+/// record waiting for its due time (or a paused partition) is never deleted.
+pub const TIER_RETENTION_FACTOR: u32 = 24;
+
+/// Room the wrapping topics (retry tiers, DLQ, quarantine) get above their
+/// source's `max.message.bytes` for the envelope fields they add.
+pub const WRAP_OVERHEAD_BYTES: u64 = 64 * 1024;
+
+/// Broker config keys this command manages on every topic.
+pub const CLEANUP_POLICY: &str = "cleanup.policy";
+/// Retention in milliseconds (`-1` keeps forever).
+pub const RETENTION_MS: &str = "retention.ms";
+/// Largest record batch the topic accepts.
+pub const MAX_MESSAGE_BYTES: &str = "max.message.bytes";
+/// Replicas that must acknowledge an `acks=all` write.
+pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+
+/// The settings the topics are derived from (flags of `topics`).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Prefix of every topic name.
+    pub prefix: String,
+    /// The retry ladder: tier name and its delay, in ladder order.
+    pub tiers: Vec<(String, Duration)>,
+    /// Partitions of every topic unless overridden.
+    pub partitions: i32,
+    /// Replication factor of every topic unless overridden.
+    pub replication: i32,
+    /// Retention of every deleting topic unless overridden.
+    pub retention: Duration,
+    /// `max.message.bytes` of `events`, `subscriptions` and `deliveries`; the
+    /// wrapping topics get [`WRAP_OVERHEAD_BYTES`] more.
+    pub max_message_bytes: u64,
+    /// `(logical topic, key, value)`: `partitions`, `replication`, `retention`
+    /// (a duration) or any topic config key, for one unprefixed topic name.
+    pub overrides: Vec<(String, String, String)>,
+}
+
+/// What one topic should look like.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicSpec {
+    /// Full topic name, with prefix.
+    pub name: String,
+    /// Partition count.
+    pub partitions: i32,
+    /// Replication factor.
+    pub replication: i32,
+    /// Topic configs this command manages.
+    pub configs: BTreeMap<String, String>,
+}
+
+/// The role of a topic, which decides its defaults and its safety rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Events,
+    Subscriptions,
+    Deliveries,
+    Retry(Duration),
+    Dlq,
+    Quarantine,
+}
+
+/// Every topic's desired state, or every reason the settings are unsafe.
+pub fn desired(settings: &Settings) -> Result<Vec<TopicSpec>, ProvisionError> {
+    let tier_names: Vec<&str> = settings.tiers.iter().map(|(t, _)| t.as_str()).collect();
+    let topics = Topics::new(&settings.prefix, &tier_names)
+        .map_err(|e| ProvisionError::Invalid(vec![e.to_string()]))?;
+    let mut roles = vec![
+        (topics.events(), Role::Events),
+        (topics.subscriptions(), Role::Subscriptions),
+        (topics.deliveries(), Role::Deliveries),
+    ];
+    roles.extend(
+        topics
+            .retries()
+            .zip(&settings.tiers)
+            .map(|((_, topic), (_, delay))| (topic, Role::Retry(*delay))),
+    );
+    roles.extend([
+        (topics.dlq(), Role::Dlq),
+        (topics.quarantine(), Role::Quarantine),
+    ]);
+
+    let mut problems = Vec::new();
+    let mut specs: Vec<(TopicSpec, Role)> = roles
+        .iter()
+        .map(|(name, role)| (default_spec(settings, name, *role), *role))
+        .collect();
+    for (logical, key, value) in &settings.overrides {
+        let full = format!("{}{logical}", settings.prefix);
+        match specs.iter_mut().find(|(s, _)| s.name == full) {
+            Some((spec, _)) => {
+                if let Err(why) = apply_override(spec, key, value) {
+                    problems.push(format!("{logical}: {why}"));
+                }
+            }
+            None => problems.push(format!(
+                "unknown topic `{logical}` in an override; use one of: {}",
+                roles
+                    .iter()
+                    .map(|(n, _)| &n[settings.prefix.len()..])
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+    for (spec, role) in &specs {
+        check_spec(spec, *role, &mut problems);
+    }
+    let bytes = |role: Role| {
+        specs
+            .iter()
+            .find(|(_, r)| *r == role)
+            .and_then(|(s, _)| s.configs.get(MAX_MESSAGE_BYTES)?.parse::<u64>().ok())
+    };
+    for (spec, role) in &specs {
+        let source = match role {
+            Role::Quarantine => Role::Events,
+            Role::Retry(_) | Role::Dlq => Role::Deliveries,
+            _ => continue,
+        };
+        let mine = spec
+            .configs
+            .get(MAX_MESSAGE_BYTES)
+            .and_then(|v| v.parse::<u64>().ok());
+        if let (Some(mine), Some(theirs)) = (mine, bytes(source)) {
+            if mine < theirs {
+                problems.push(format!(
+                    "{}: max.message.bytes {mine} is below its source topic's {theirs}; \
+                     a record the source accepts could not be moved here",
+                    spec.name
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(specs.into_iter().map(|(s, _)| s).collect())
+    } else {
+        Err(ProvisionError::Invalid(problems))
+    }
+}
+
+fn default_spec(settings: &Settings, name: &str, role: Role) -> TopicSpec {
+    let mut configs = BTreeMap::new();
+    let base = settings.max_message_bytes;
+    let (policy, bytes) = match role {
+        Role::Subscriptions => ("compact", base),
+        Role::Events | Role::Deliveries => ("delete", base),
+        Role::Retry(_) | Role::Dlq | Role::Quarantine => ("delete", base + WRAP_OVERHEAD_BYTES),
+    };
+    configs.insert(CLEANUP_POLICY.to_owned(), policy.to_owned());
+    configs.insert(MAX_MESSAGE_BYTES.to_owned(), bytes.to_string());
+    if role != Role::Subscriptions {
+        configs.insert(
+            RETENTION_MS.to_owned(),
+            settings.retention.as_millis().to_string(),
+        );
+    }
+    let mut spec = TopicSpec {
+        name: name.to_owned(),
+        partitions: settings.partitions,
+        replication: settings.replication,
+        configs,
+    };
+    set_min_insync(&mut spec);
+    spec
+}
+
+/// `acks=all` writes survive one broker loss with three replicas.
+fn set_min_insync(spec: &mut TopicSpec) {
+    let value = if spec.replication >= 3 { 2 } else { 1 };
+    spec.configs
+        .insert(MIN_INSYNC_REPLICAS.to_owned(), value.to_string());
+}
+
+fn apply_override(spec: &mut TopicSpec, key: &str, value: &str) -> Result<(), String> {
+    let int = |v: &str| {
+        v.trim()
+            .parse::<i32>()
+            .map_err(|_| format!("`{key}={v}` is not a whole number"))
+    };
+    match key {
+        "partitions" => spec.partitions = int(value)?,
+        "replication" | "replication.factor" => {
+            spec.replication = int(value)?;
+            set_min_insync(spec);
+        }
+        "retention" => {
+            let ms = if value.trim() == "-1" || value.trim() == "forever" {
+                "-1".to_owned()
+            } else {
+                parse_duration(value)?.as_millis().to_string()
+            };
+            spec.configs.insert(RETENTION_MS.to_owned(), ms);
+        }
+        key if key.is_empty() || !key.chars().all(|c| c.is_ascii_lowercase() || c == '.') => {
+            return Err(format!("`{key}` is not a topic config key"));
+        }
+        key => {
+            spec.configs.insert(key.to_owned(), value.trim().to_owned());
+        }
+    }
+    Ok(())
+}
+
+fn check_spec(spec: &TopicSpec, role: Role, problems: &mut Vec<String>) {
+    let name = &spec.name;
+    if spec.partitions < 1 {
+        problems.push(format!("{name}: partitions must be at least 1"));
+    }
+    if spec.replication < 1 {
+        problems.push(format!("{name}: replication factor must be at least 1"));
+    }
+    if let Some(Ok(isr)) = spec
+        .configs
+        .get(MIN_INSYNC_REPLICAS)
+        .map(|v| v.parse::<i32>())
+    {
+        if isr > spec.replication {
+            problems.push(format!(
+                "{name}: min.insync.replicas {isr} exceeds the replication factor {}; \
+                 every write would fail",
+                spec.replication
+            ));
+        }
+    }
+    let policy = spec.configs.get(CLEANUP_POLICY).map(String::as_str);
+    if let Some(why) = wrong_policy(role == Role::Subscriptions, policy) {
+        problems.push(format!("{name}: {why}"));
+    }
+    if role == Role::Subscriptions {
+        return;
+    }
+    let retention = spec.configs.get(RETENTION_MS).map(|v| v.parse::<i64>());
+    let floor = match role {
+        Role::Retry(delay) => MIN_RETENTION.max(delay * TIER_RETENTION_FACTOR),
+        _ => MIN_RETENTION,
+    };
+    match retention {
+        Some(Ok(-1)) => {}
+        Some(Ok(ms)) if ms >= 0 && (ms as u128) >= floor.as_millis() => {}
+        Some(Ok(ms)) => problems.push(format!(
+            "{name}: retention {} is below the minimum {}{}",
+            humantime::format_duration(Duration::from_millis(ms.max(0) as u64)),
+            humantime::format_duration(floor),
+            match role {
+                Role::Retry(d) => format!(
+                    " (7 days, and {TIER_RETENTION_FACTOR}x the tier delay of {})",
+                    humantime::format_duration(d)
+                ),
+                _ => String::new(),
+            }
+        )),
+        Some(Err(_)) => problems.push(format!("{name}: retention.ms is not a number")),
+        None => problems.push(format!("{name}: no retention set")),
+    }
+}
+
+/// Why a topic's `cleanup.policy` is wrong for its role, if it is. Compaction
+/// keeps one record per key: right for the subscription table, silent data
+/// loss for any tenant-keyed queue.
+fn wrong_policy(compacted_role: bool, policy: Option<&str>) -> Option<String> {
+    let parts: Vec<&str> = policy
+        .unwrap_or("delete")
+        .split(',')
+        .map(str::trim)
+        .collect();
+    let compact = parts.contains(&"compact");
+    let delete = parts.contains(&"delete");
+    match (compacted_role, compact, delete) {
+        (true, true, false) => None,
+        (true, _, _) => Some(format!(
+            "cleanup.policy is `{}`, must be `compact` (the subscription table would lose subscriptions)",
+            policy.unwrap_or("delete")
+        )),
+        (false, true, _) => Some(format!(
+            "cleanup.policy is `{}`, must be `delete` (compaction keeps one record per tenant key)",
+            policy.unwrap_or("")
+        )),
+        (false, false, _) => None,
+    }
+}
+
+/// Checks an existing topic's effective `cleanup.policy` against its role, for
+/// services that verify their topics at start: `Some(reason)` when wrong.
+pub fn wrong_topic_config(topics: &Topics, topic: &str, policy: Option<&str>) -> Option<String> {
+    wrong_policy(topic == topics.subscriptions(), policy).map(|why| format!("{topic}: {why}"))
+}
+
+/// The default ladder with delays read from the tier names (`retry-10s` → 10s).
+pub fn default_tiers() -> Vec<(String, Duration)> {
+    hookline_envelope::DEFAULT_RETRY_TIERS
+        .iter()
+        .map(|t| {
+            let delay = t
+                .strip_prefix("retry-")
+                .and_then(|d| parse_duration(d).ok())
+                .expect("default tier names end in a duration");
+            ((*t).to_owned(), delay)
+        })
+        .collect()
+}
+
+/// Parses a `--retry-tier NAME=DELAY` value.
+pub fn parse_tier(s: &str) -> Result<(String, Duration), String> {
+    let (name, delay) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}` is not NAME=DELAY (e.g. retry-10s=10s)"))?;
+    Ok((name.trim().to_owned(), parse_duration(delay)?))
+}
+
+/// Parses a `--set TOPIC:KEY=VALUE` value.
+pub fn parse_override(s: &str) -> Result<(String, String, String), String> {
+    let err = || format!("`{s}` is not TOPIC:KEY=VALUE (e.g. events:partitions=24)");
+    let (topic, rest) = s.split_once(':').ok_or_else(err)?;
+    let (key, value) = rest.split_once('=').ok_or_else(err)?;
+    if topic.trim().is_empty() || key.trim().is_empty() {
+        return Err(err());
+    }
+    Ok((
+        topic.trim().to_owned(),
+        key.trim().to_owned(),
+        value.trim().to_owned(),
+    ))
+}
