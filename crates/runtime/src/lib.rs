@@ -4,12 +4,14 @@
 
 pub mod config;
 pub mod health;
+pub mod http;
 pub mod kafka;
 pub mod metric_names;
 pub mod ops;
 pub mod provision;
 pub mod server;
 pub mod shutdown;
+pub mod signing;
 pub mod subscriptions;
 pub mod telemetry;
 
