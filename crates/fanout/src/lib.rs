@@ -12,7 +12,7 @@ mod service;
 pub mod transform;
 
 use hookline_envelope::{TopicError, Topics};
-use hookline_runtime::{kafka, ops::Ops, subscriptions, RuntimeError};
+use hookline_runtime::{kafka, ops::Ops, shutdown, subscriptions, RuntimeError};
 use tokio_util::sync::CancellationToken;
 
 pub use config::{Config, FanoutArgs};
@@ -44,7 +44,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Fano
         STAGE,
         Err("waiting for topics and the subscription table".into()),
     );
-    let result = run_stage(&config, &topics, &ops, &shutdown).await;
+    // Draining commits the batch in hand; past the grace period the process
+    // exits and the broker aborts the open transaction.
+    let result = shutdown::within_grace(
+        run_stage(&config, &topics, &ops, &shutdown),
+        &shutdown,
+        config.common.shutdown_grace,
+        || ops.health.set_draining(),
+    )
+    .await
+    .unwrap_or(Ok(()));
     ops.health.set_draining();
     ops.stop().await;
     result

@@ -117,7 +117,10 @@ impl FanoutLoop {
             .set("acks", "all")
             .set("linger.ms", "5")
             .set("compression.type", "lz4")
-            .set("transaction.timeout.ms", "60000")
+            // Short, so that a crashed replica's open transaction (a new pod
+            // has a new transactional id and cannot fence it) stops holding
+            // back read_committed readers within seconds; batches take ms.
+            .set("transaction.timeout.ms", "20000")
             .create()
             .map_err(|e| kafka_err("creating the transactional producer", e))?;
         let timeout = config.fanout.txn_timeout;

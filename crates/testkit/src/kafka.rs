@@ -248,3 +248,38 @@ pub async fn group_progress(group: &str, topic: &str) -> anyhow::Result<(i64, i6
     })
     .await?
 }
+
+/// Produces many records quickly (pipelined, idempotent), waiting for every
+/// acknowledgement; keys and values are copied into the producer at once.
+pub async fn produce_many(
+    producer: &FutureProducer,
+    topic: &str,
+    records: impl IntoIterator<Item = (Vec<u8>, Vec<u8>)>,
+) -> anyhow::Result<usize> {
+    use rdkafka::{error::KafkaError, producer::FutureRecord, types::RDKafkaErrorCode};
+    let mut pending = std::collections::VecDeque::new();
+    let mut count = 0;
+    for (key, value) in records {
+        loop {
+            match producer.send_result(FutureRecord::to(topic).key(&key).payload(&value)) {
+                Ok(f) => {
+                    pending.push_back(f);
+                    break;
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    if let Some(f) = pending.pop_front() {
+                        f.await?.map_err(|(e, _)| e)?;
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+                Err((e, _)) => return Err(e.into()),
+            }
+        }
+        count += 1;
+    }
+    for f in pending {
+        f.await?.map_err(|(e, _)| e)?;
+    }
+    Ok(count)
+}
