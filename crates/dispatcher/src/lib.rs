@@ -1,27 +1,232 @@
-//! The dispatcher stage: see DESIGN.md. `run` serves the operations endpoint and
-//! stops cleanly when the shutdown token is cancelled.
+//! The dispatcher stage (DESIGN §4): consumes `deliveries`, looks each
+//! subscription up at attempt time, signs (Standard Webhooks) and POSTs behind
+//! the egress policy, and writes failures to the first retry tier or the DLQ —
+//! finishing a record's offset only once its outcome is durable, so a crash
+//! re-attempts (same `webhook-id`) and never loses a delivery.
 
-use clap::Args;
-use hookline_runtime::{config::CommonArgs, ops::Ops, RuntimeError};
+mod attempt;
+pub mod config;
+mod consumer;
+mod engine;
+mod metrics;
+mod offsets;
+mod outcome;
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use hookline_envelope::{TopicError, Topics};
+use hookline_runtime::{
+    http::{HttpSetupError, WebhookClient},
+    kafka,
+    ops::Ops,
+    signing::SecretStore,
+    subscriptions, RuntimeError,
+};
+use rdkafka::{
+    consumer::{BaseConsumer, Consumer},
+    error::KafkaError,
+    producer::FutureProducer,
+};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+pub use attempt::{HEADER_EVENT_TYPE, USER_AGENT_VALUE};
+pub use config::{Config, DispatcherArgs};
 
 /// The stage name used in metrics and logs.
 pub const STAGE: &str = "dispatcher";
 
-/// Configuration of the dispatcher service.
-#[derive(Debug, Clone, Args)]
-pub struct Config {
-    /// Options shared by every service.
-    #[command(flatten)]
-    pub common: CommonArgs,
+/// Why the dispatcher stopped (or would not start).
+#[derive(Debug, thiserror::Error)]
+pub enum DispatcherError {
+    /// A shared adapter failed.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// The topic prefix makes illegal topic names.
+    #[error("invalid --topic-prefix: {0}")]
+    Topics(#[from] TopicError),
+    /// A flag has a value that cannot work.
+    #[error("invalid {flag}: {why}")]
+    Config { flag: &'static str, why: String },
+    /// The secrets directory cannot be read.
+    #[error("cannot read the secrets directory {} (flag --secrets-dir / HOOKLINE_SECRETS_DIR): {source}", path.display())]
+    Secrets {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HTTP client could not be built.
+    #[error(transparent)]
+    Http(#[from] HttpSetupError),
+    /// The lane limits are invalid.
+    #[error(transparent)]
+    Lanes(#[from] hookline_core::LaneError),
+    /// A Kafka client could not be created or subscribed.
+    #[error("kafka {context}: {source}")]
+    Kafka {
+        context: &'static str,
+        #[source]
+        source: KafkaError,
+    },
+    /// The polling thread could not start.
+    #[error("cannot start the consumer thread: {0}")]
+    Thread(#[source] std::io::Error),
 }
 
-/// Runs the service until `shutdown` is cancelled.
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RuntimeError> {
+/// Runs the dispatcher until `shutdown` is cancelled, then drains: in-flight
+/// attempts finish within the request timeout, offsets are committed.
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DispatcherError> {
+    let settings = config.settings()?;
+    let topics = Topics::with_prefix(&config.common.topic_prefix)?;
+    let secrets =
+        SecretStore::load(&settings.secrets_dir).map_err(|source| DispatcherError::Secrets {
+            path: settings.secrets_dir.clone(),
+            source,
+        })?;
+    let client = WebhookClient::new(settings.http.clone())?;
     let ops = Ops::start(config.common.http_addr, STAGE).await?;
-    ops.health.set_ready(STAGE, Ok(()));
-    shutdown.cancelled().await;
+    metrics::describe();
+    ops.health.set_ready(
+        STAGE,
+        Err("waiting for topics and the subscription table".into()),
+    );
+    let stop_secrets = CancellationToken::new();
+    let secrets_task = secrets.watch(settings.secrets_poll_interval, stop_secrets.clone());
+    let result = run_stage(&config, settings, topics, secrets, client, &ops, &shutdown).await;
+    stop_secrets.cancel();
+    let _ = secrets_task.await;
     ops.health.set_draining();
     ops.stop().await;
+    result
+}
+
+async fn run_stage(
+    config: &Config,
+    settings: config::Settings,
+    topics: Topics,
+    secrets: SecretStore,
+    client: WebhookClient,
+    ops: &Ops,
+    shutdown: &CancellationToken,
+) -> Result<(), DispatcherError> {
+    let first_tier = topics
+        .retries()
+        .next()
+        .map(|(_, topic)| topic.to_owned())
+        .ok_or(DispatcherError::Config {
+            flag: "--topic-prefix",
+            why: "the topic set has no retry tier".into(),
+        })?;
+    let needed = [topics.deliveries(), first_tier.as_str(), topics.dlq()];
+    if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
+        return Ok(());
+    }
+    let table_stop = CancellationToken::new();
+    let (subs, table_task) = subscriptions::follow(
+        &config.common,
+        topics.subscriptions(),
+        STAGE,
+        Some(ops.health.clone()),
+        table_stop.clone(),
+    )?;
+    let result = async {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = subs.wait_caught_up() => {}
+        }
+        dispatch(
+            config, settings, topics, secrets, client, subs, ops, shutdown,
+        )
+        .await
+    }
+    .await;
+    table_stop.cancel();
+    let _ = table_task.await;
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn dispatch(
+    config: &Config,
+    settings: config::Settings,
+    topics: Topics,
+    secrets: SecretStore,
+    client: WebhookClient,
+    subs: subscriptions::Subscriptions,
+    ops: &Ops,
+    shutdown: &CancellationToken,
+) -> Result<(), DispatcherError> {
+    // Until the retry ladder (issue #5) adds the tiers with their due gate, only
+    // the ready queue is consumed; retries wait in the first tier.
+    let inputs = vec![engine::Input {
+        topic: topics.deliveries().to_owned(),
+        label: "deliveries",
+        retry: false,
+    }];
+    let (events_tx, events_rx) = mpsc::channel(1024);
+    let revoke_wait = settings.http.request_timeout + Duration::from_secs(15);
+    let kafka_err = |context, source| DispatcherError::Kafka { context, source };
+    let consumer: BaseConsumer<consumer::DispatchContext> =
+        kafka::client_config(&config.common, "hookline-dispatcher")?
+            .set("group.id", &settings.group_id)
+            .set("enable.auto.commit", "true")
+            .set("auto.commit.interval.ms", "1000")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("isolation.level", "read_committed")
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("queued.max.messages.kbytes", "16384")
+            .create_with_context(consumer::DispatchContext::new(
+                events_tx.clone(),
+                revoke_wait,
+            ))
+            .map_err(|e| kafka_err("creating the deliveries consumer", e))?;
+    let consumer = Arc::new(consumer);
+    let producer: FutureProducer = kafka::client_config(&config.common, "hookline-dispatcher")?
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", "5")
+        .set("compression.type", "lz4")
+        .set("message.timeout.ms", "30000")
+        .create()
+        .map_err(|e| kafka_err("creating the producer", e))?;
+    let topic_names: Vec<&str> = inputs.iter().map(|i| i.topic.as_str()).collect();
+    consumer
+        .subscribe(&topic_names)
+        .map_err(|e| kafka_err("subscribing to the deliveries topics", e))?;
+    let ctx = Arc::new(attempt::AttemptContext {
+        client,
+        secrets,
+        producer: producer.clone(),
+        topics,
+        retry_policy: outcome::RetryPolicy::FirstTier {
+            delay: outcome::INTERIM_RETRY_DELAY,
+        },
+        max_payload_bytes: settings.max_payload_bytes,
+    });
+    let engine = engine::Engine::new(
+        engine::Parts {
+            inputs,
+            consumer: Arc::clone(&consumer),
+            events: events_rx,
+            subs,
+            ctx,
+            health: ops.health.clone(),
+            request_timeout: settings.http.request_timeout,
+            shutdown_grace: settings.shutdown_grace,
+        },
+        settings.lanes.clone(),
+    )?;
+    let poller = consumer::Poller::spawn(consumer, events_tx).map_err(DispatcherError::Thread)?;
+    ops.health.set_ready(STAGE, Ok(()));
+    tracing::info!(group = %settings.group_id, "dispatching");
+    engine.run(shutdown.clone()).await;
+    poller.stop().await;
+    // Follow-ups are awaited before offsets finish; this only flushes stragglers.
+    let _ = tokio::task::spawn_blocking(move || {
+        use rdkafka::producer::Producer;
+        producer.flush(Duration::from_secs(5))
+    })
+    .await;
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 
-/// hookline dispatcher service.
+/// hookline dispatcher: signed webhook deliveries with retries and dead letters.
 #[derive(Debug, Parser)]
 #[command(name = "hookline-dispatcher", version, about)]
 struct Cli {

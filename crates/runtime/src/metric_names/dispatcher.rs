@@ -1,3 +1,67 @@
 //! The dispatcher stage.
 
-pub(super) fn describe() {}
+/// Attempts by outcome (bounded, see `hookline_core::OUTCOMES`) and status class.
+pub const DISPATCHER_ATTEMPTS: &str = "hookline_dispatcher_attempts_total";
+/// Time of one attempt: connect, send, read the capped response.
+pub const DISPATCHER_ATTEMPT_DURATION: &str = "hookline_dispatcher_attempt_duration_seconds";
+/// Attempts in flight now.
+pub const DISPATCHER_IN_FLIGHT: &str = "hookline_dispatcher_in_flight";
+/// Lanes (per subscription, first attempts and retries apart) with queued records.
+pub const DISPATCHER_LANES: &str = "hookline_dispatcher_lanes";
+/// Records buffered (queued and in flight).
+pub const DISPATCHER_BUFFERED_RECORDS: &str = "hookline_dispatcher_buffered_records";
+/// Age of the oldest ready record not yet attempted, by topic.
+pub const DISPATCHER_OLDEST_READY_AGE: &str = "hookline_dispatcher_oldest_ready_age_seconds";
+/// Deliveries completed without an attempt because the subscription is disabled or deleted.
+pub const DISPATCHER_CANCELLED: &str = "hookline_dispatcher_cancelled_total";
+/// Attempts refused by the egress policy.
+pub const DISPATCHER_EGRESS_DENIED: &str = "hookline_dispatcher_egress_denied_total";
+/// Follow-up records (retry, dead letter) whose produce failed and is retried.
+pub const DISPATCHER_FOLLOW_UP_ERRORS: &str = "hookline_dispatcher_follow_up_errors_total";
+/// Records on an input topic that could not be decoded as a `Delivery` (skipped).
+pub const DISPATCHER_UNDECODABLE: &str = "hookline_dispatcher_undecodable_records_total";
+/// Times a partition was paused because its buffer was full.
+pub const DISPATCHER_BACKPRESSURE_PAUSES: &str = "hookline_dispatcher_backpressure_pauses_total";
+
+pub(super) fn describe() {
+    metrics::describe_counter!(
+        DISPATCHER_ATTEMPTS,
+        "Delivery attempts by outcome and HTTP status class."
+    );
+    metrics::describe_histogram!(
+        DISPATCHER_ATTEMPT_DURATION,
+        metrics::Unit::Seconds,
+        "Duration of one attempt: connect, send and read the capped response."
+    );
+    metrics::describe_gauge!(DISPATCHER_IN_FLIGHT, "Attempts in flight.");
+    metrics::describe_gauge!(DISPATCHER_LANES, "Lanes with queued records.");
+    metrics::describe_gauge!(
+        DISPATCHER_BUFFERED_RECORDS,
+        "Records buffered, queued or in flight."
+    );
+    metrics::describe_gauge!(
+        DISPATCHER_OLDEST_READY_AGE,
+        metrics::Unit::Seconds,
+        "Age of the oldest buffered record that is ready but not yet attempted."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_CANCELLED,
+        "Deliveries completed without an attempt: subscription disabled or deleted."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_EGRESS_DENIED,
+        "Attempts refused by the egress policy."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_FOLLOW_UP_ERRORS,
+        "Failed produces of retry or dead-letter records (retried)."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_UNDECODABLE,
+        "Input records that are not a Delivery; skipped."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_BACKPRESSURE_PAUSES,
+        "Partitions paused because the buffer was full."
+    );
+}

@@ -26,6 +26,7 @@ mod fanout;
 mod subscriptions;
 
 pub use dlq_sink::*;
+pub use dispatcher::*;
 pub use fanout::*;
 pub use subscriptions::*;
 

@@ -1,0 +1,251 @@
+//! One attempt: sign at attempt time, POST, classify, and make the follow-up
+//! (retry record or dead letter) durable before reporting the source record
+//! finished. A follow-up that cannot be produced is retried until it is, or until
+//! the attempt is cancelled (drain or revoke), in which case the source record
+//! stays unfinished and is attempted again by whoever reads it next.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use bytes::Bytes;
+use hookline_core::{classify, AttemptResult, FailureKind, Verdict};
+use hookline_envelope::{encode, Delivery, Topics};
+use hookline_runtime::{
+    http::{Failure, Outgoing, WebhookClient},
+    signing::{self, SecretStore},
+};
+use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, USER_AGENT};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    metrics,
+    outcome::{plan, AttemptFacts, FollowUp, RetryPolicy},
+};
+
+/// Header carrying the event type (Standard Webhooks leaves it to the sender).
+pub const HEADER_EVENT_TYPE: &str = "webhook-event-type";
+
+/// `hookline/<version>`.
+pub const USER_AGENT_VALUE: &str = concat!("hookline/", env!("CARGO_PKG_VERSION"));
+
+/// What every attempt shares.
+pub(crate) struct AttemptContext {
+    pub client: WebhookClient,
+    pub secrets: SecretStore,
+    pub producer: FutureProducer,
+    pub topics: Topics,
+    pub retry_policy: RetryPolicy,
+    pub max_payload_bytes: usize,
+}
+
+impl std::fmt::Debug for AttemptContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AttemptContext")
+            .field("retry_policy", &self.retry_policy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where the subscription said to send it, read at attempt time.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    pub url: String,
+    pub secret_ref: String,
+}
+
+/// How an attempt ended, for the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Finished {
+    /// Delivered, or its follow-up is durable: finish the source offset.
+    Durable,
+    /// Cancelled before the follow-up was durable: leave the offset unfinished.
+    Abandoned,
+}
+
+/// Runs one attempt to its durable end (or cancellation).
+pub(crate) async fn run(
+    ctx: Arc<AttemptContext>,
+    delivery: Delivery,
+    target: Target,
+    cancel: CancellationToken,
+) -> Finished {
+    let started = SystemTime::now();
+    let clock = Instant::now();
+    let (result, detail) = attempt(&ctx, &delivery, &target, started).await;
+    let now = SystemTime::now();
+    let classification = classify(&result, now);
+    metrics::attempt(&classification, clock.elapsed());
+    let facts = AttemptFacts {
+        classification,
+        started_ms: millis(started),
+        now_ms: millis(now),
+        detail: detail.as_deref(),
+    };
+    let follow_up = plan(&delivery, &facts, ctx.retry_policy);
+    log_outcome(&delivery, &facts);
+    let (topic, value) = match &follow_up {
+        FollowUp::Done => return Finished::Durable,
+        FollowUp::Retry { tier, record } => {
+            let Some((_, topic)) = ctx.topics.retries().nth(*tier) else {
+                tracing::error!(tier, "no such retry tier; leaving the record unfinished");
+                return Finished::Abandoned;
+            };
+            (topic.to_owned(), encode(record.as_ref()))
+        }
+        FollowUp::Dead(dead) => (ctx.topics.dlq().to_owned(), encode(dead.as_ref())),
+    };
+    produce_until_durable(&ctx.producer, &topic, &delivery.tenant_id, &value, &cancel).await
+}
+
+/// Signs and POSTs; returns the result and a short detail for a dead letter.
+async fn attempt(
+    ctx: &AttemptContext,
+    delivery: &Delivery,
+    target: &Target,
+    now: SystemTime,
+) -> (AttemptResult, Option<String>) {
+    let failed = |kind: FailureKind, detail: String| (AttemptResult::Failed(kind), Some(detail));
+    if delivery.payload.len() > ctx.max_payload_bytes {
+        return failed(
+            FailureKind::PayloadTooLarge,
+            format!(
+                "payload of {} bytes exceeds --max-payload-bytes {}",
+                delivery.payload.len(),
+                ctx.max_payload_bytes
+            ),
+        );
+    }
+    let keys = match ctx.secrets.get(&target.secret_ref) {
+        Ok(keys) => keys,
+        Err(error) => {
+            tracing::warn!(
+                delivery_id = %delivery.delivery_id,
+                subscription_id = %delivery.subscription_id,
+                %error,
+                "cannot sign: secret unavailable"
+            );
+            return failed(FailureKind::MissingSecret, error.to_string());
+        }
+    };
+    let timestamp = i64::try_from(now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
+        .unwrap_or(i64::MAX);
+    let signed = signing::sign(&keys, &delivery.delivery_id, timestamp, &delivery.payload);
+    let headers = match headers(delivery, &signed) {
+        Ok(h) => h,
+        Err(why) => return failed(FailureKind::InvalidUrl, why),
+    };
+    let outgoing = Outgoing {
+        url: target.url.clone(),
+        headers,
+        body: Bytes::copy_from_slice(&delivery.payload),
+    };
+    match ctx.client.post(outgoing).await {
+        Ok(incoming) => {
+            let detail = (!incoming.body.is_empty())
+                .then(|| String::from_utf8_lossy(&incoming.body).into_owned());
+            (
+                AttemptResult::Response {
+                    status: incoming.status,
+                    retry_after: incoming.retry_after,
+                },
+                detail,
+            )
+        }
+        Err(Failure { kind, detail }) => failed(kind, detail),
+    }
+}
+
+fn headers(delivery: &Delivery, signed: &signing::SignatureHeaders) -> Result<HeaderMap, String> {
+    let value = |what: &str, v: &str| {
+        HeaderValue::from_str(v).map_err(|_| format!("{what} is not a valid header value"))
+    };
+    let mut h = HeaderMap::with_capacity(6);
+    let content_type = value("content_type", &delivery.content_type)
+        .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
+    h.insert(CONTENT_TYPE, content_type);
+    h.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+    h.insert(
+        HeaderName::from_static(signing::HEADER_ID),
+        value("delivery_id", &signed.id)?,
+    );
+    h.insert(
+        HeaderName::from_static(signing::HEADER_TIMESTAMP),
+        HeaderValue::from(signed.timestamp),
+    );
+    h.insert(
+        HeaderName::from_static(signing::HEADER_SIGNATURE),
+        value("signature", &signed.signature)?,
+    );
+    h.insert(
+        HeaderName::from_static(HEADER_EVENT_TYPE),
+        value("event_type", &delivery.event_type)?,
+    );
+    Ok(h)
+}
+
+fn log_outcome(delivery: &Delivery, facts: &AttemptFacts<'_>) {
+    let c = &facts.classification;
+    let took_ms = facts.now_ms - facts.started_ms;
+    match c.verdict {
+        Verdict::Delivered => tracing::debug!(
+            delivery_id = %delivery.delivery_id,
+            outcome = c.outcome,
+            took_ms,
+            "delivered"
+        ),
+        Verdict::Retry { .. } => tracing::info!(
+            delivery_id = %delivery.delivery_id,
+            subscription_id = %delivery.subscription_id,
+            attempt = delivery.attempt + 1,
+            outcome = c.outcome,
+            took_ms,
+            "attempt failed; scheduling a retry"
+        ),
+        Verdict::Rejected { reason } => tracing::warn!(
+            delivery_id = %delivery.delivery_id,
+            subscription_id = %delivery.subscription_id,
+            outcome = c.outcome,
+            reason = reason.as_str(),
+            "attempt rejected; dead-lettering"
+        ),
+    }
+}
+
+/// Produces one record, retrying with backoff until acknowledged or cancelled.
+async fn produce_until_durable(
+    producer: &FutureProducer,
+    topic: &str,
+    key: &str,
+    value: &[u8],
+    cancel: &CancellationToken,
+) -> Finished {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let record = FutureRecord::to(topic).key(key).payload(value);
+        let sent = tokio::select! {
+            _ = cancel.cancelled() => return Finished::Abandoned,
+            r = producer.send(record, Duration::from_secs(5)) => r,
+        };
+        match sent {
+            Ok(_) => return Finished::Durable,
+            Err((error, _)) => {
+                metrics::follow_up_failed();
+                tracing::warn!(%topic, %error, ?backoff, "cannot write the follow-up record; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return Finished::Abandoned,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+fn millis(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}

@@ -1,0 +1,509 @@
+//! The delivery engine: buffers fetched deliveries into lanes, starts attempts as
+//! the caps allow, and finishes offsets only when an attempt's outcome is durable.
+//!
+//! Guarantees:
+//! - at least once: an offset is finished only after delivery, a durable retry or
+//!   dead-letter record, or a cancellation; only the watermark is stored;
+//! - fairness: `hookline_core::Lanes` decides what starts (per-subscription
+//!   `max_in_flight`, tenant and global caps, retry share, round-robin);
+//! - bounded memory: a partition over its buffer share is paused until drained;
+//! - revoke and shutdown: queued records are dropped (not attempted), in-flight
+//!   attempts get the request timeout to finish, then the watermark is stored and
+//!   committed; whatever did not finish stays unfinished and is re-attempted.
+//!
+//! Retry tiers (issue #5) plug in at [`Input`]: a tier input is consumed like
+//! `deliveries`, with `retry = true` so it draws on the retry share; its
+//! pause-until-due gate belongs in [`Engine::on_message`] before the push.
+
+use std::{
+    collections::HashMap,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use hookline_core::{Flow, Job, LaneKey, LaneLimits, Lanes, Started};
+use hookline_envelope::{decode, Delivery};
+use hookline_runtime::{health::Health, subscriptions::Subscriptions};
+use rdkafka::{
+    consumer::{BaseConsumer, Consumer},
+    message::{Message, OwnedMessage},
+    TopicPartitionList,
+};
+use tokio::{
+    sync::mpsc,
+    task::{AbortHandle, Id, JoinError, JoinSet},
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    attempt::{self, AttemptContext, Finished, Target},
+    consumer::{DispatchContext, FromKafka, TopicPartition},
+    metrics,
+    offsets::{self, Offsets},
+    DispatcherError,
+};
+
+const LOOP: &str = "dispatcher";
+const TICK: Duration = Duration::from_millis(200);
+/// Gauges are refreshed every this many ticks.
+const GAUGE_TICKS: u32 = 5;
+/// Time for a follow-up produce after the request timeout, when draining.
+const DRAIN_SLACK: Duration = Duration::from_secs(5);
+
+/// One consumed topic.
+#[derive(Debug, Clone)]
+pub(crate) struct Input {
+    pub topic: String,
+    /// Metric label: `deliveries` or the tier name.
+    pub label: &'static str,
+    /// Records are retries (they count against the retry share).
+    pub retry: bool,
+}
+
+/// A partition of an input, as lanes and offsets key it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct Part {
+    pub input: u16,
+    pub partition: i32,
+}
+
+type Key = (Part, i64);
+
+/// A buffered record not yet started.
+#[derive(Debug)]
+struct Held {
+    delivery: Delivery,
+    ready_since: SystemTime,
+}
+
+#[derive(Debug)]
+struct Running {
+    started: Started<Part>,
+    abort: AbortHandle,
+    cancel: CancellationToken,
+}
+
+pub(crate) struct Engine {
+    inputs: Vec<Input>,
+    consumer: Arc<BaseConsumer<DispatchContext>>,
+    events: mpsc::Receiver<FromKafka>,
+    subs: Subscriptions,
+    ctx: Arc<AttemptContext>,
+    health: Health,
+    request_timeout: Duration,
+    shutdown_grace: Duration,
+    lanes: Lanes<Part>,
+    offsets: Offsets,
+    held: HashMap<Key, Held>,
+    running: HashMap<Key, Running>,
+    tasks: JoinSet<(Key, Finished)>,
+    task_keys: HashMap<Id, Key>,
+    /// Paused by us for backpressure.
+    paused: std::collections::BTreeSet<Part>,
+    ticks: u32,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("inputs", &self.inputs)
+            .field("in_flight", &self.running.len())
+            .field("queued", &self.held.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Engine::new`] needs besides the limits.
+pub(crate) struct Parts {
+    pub inputs: Vec<Input>,
+    pub consumer: Arc<BaseConsumer<DispatchContext>>,
+    pub events: mpsc::Receiver<FromKafka>,
+    pub subs: Subscriptions,
+    pub ctx: Arc<AttemptContext>,
+    pub health: Health,
+    pub request_timeout: Duration,
+    pub shutdown_grace: Duration,
+}
+
+impl Engine {
+    pub(crate) fn new(p: Parts, limits: LaneLimits) -> Result<Self, DispatcherError> {
+        Ok(Self {
+            inputs: p.inputs,
+            consumer: p.consumer,
+            events: p.events,
+            subs: p.subs,
+            ctx: p.ctx,
+            health: p.health,
+            request_timeout: p.request_timeout,
+            shutdown_grace: p.shutdown_grace,
+            lanes: Lanes::new(limits)?,
+            offsets: Offsets::default(),
+            held: HashMap::new(),
+            running: HashMap::new(),
+            tasks: JoinSet::new(),
+            task_keys: HashMap::new(),
+            paused: Default::default(),
+            ticks: 0,
+        })
+    }
+
+    /// Runs until `shutdown`, then drains.
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.start_ready();
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => self.on_done(done),
+                event = self.events.recv() => match event {
+                    Some(event) => self.on_event(event).await,
+                    None => break,
+                },
+                _ = tick.tick() => self.on_tick(),
+            }
+        }
+        self.drain().await;
+    }
+
+    async fn on_event(&mut self, event: FromKafka) {
+        match event {
+            FromKafka::Message(msg) => self.on_message(msg),
+            FromKafka::Assigned(parts) => {
+                let mut tpl = TopicPartitionList::new();
+                for (topic, partition) in parts {
+                    if let Some(part) = self.part(&topic, partition) {
+                        self.offsets.assign(part);
+                        self.paused.remove(&part);
+                        tpl.add_partition(&topic, partition);
+                    }
+                }
+                // librdkafka keeps a partition's pause flag across rebalances.
+                if let Err(error) = self.consumer.resume(&tpl) {
+                    tracing::debug!(%error, "resume after assignment");
+                }
+            }
+            FromKafka::Revoked(parts, confirm) => {
+                self.revoke(&parts).await;
+                let _ = confirm.send(());
+            }
+            FromKafka::Error(error) => tracing::warn!(%error, "consumer error"),
+        }
+    }
+
+    fn part(&self, topic: &str, partition: i32) -> Option<Part> {
+        let input = self.inputs.iter().position(|i| i.topic == topic)?;
+        Some(Part {
+            input: u16::try_from(input).ok()?,
+            partition,
+        })
+    }
+
+    fn topic_of(&self, part: Part) -> String {
+        self.inputs[usize::from(part.input)].topic.clone()
+    }
+
+    fn on_message(&mut self, msg: OwnedMessage) {
+        let Some(part) = self.part(msg.topic(), msg.partition()) else {
+            tracing::warn!(topic = msg.topic(), "message from an unexpected topic");
+            return;
+        };
+        let offset = msg.offset();
+        if let Err(error) = self.offsets.track(part, offset) {
+            tracing::warn!(topic = msg.topic(), partition = part.partition, offset, %error, "skipping a record already tracked");
+            return;
+        }
+        let delivery: Delivery = match decode(msg.payload().unwrap_or_default()) {
+            Ok(d) => d,
+            Err(error) => {
+                metrics::undecodable();
+                tracing::error!(topic = msg.topic(), partition = part.partition, offset, %error, "skipping a record that is not a Delivery");
+                self.offsets.finish(part, offset);
+                return;
+            }
+        };
+        // Hook for the retry ladder (#5): a tier record not yet due pauses the
+        // partition here, seeks back to `offset` and is not pushed.
+        let max_in_flight = self
+            .subs
+            .get(&delivery.subscription_id)
+            .map_or(1, |s| u32::try_from(s.record.max_in_flight).unwrap_or(1));
+        let job = Job {
+            partition: part,
+            offset,
+            lane: LaneKey {
+                subscription_id: delivery.subscription_id.clone(),
+            },
+            tenant_id: delivery.tenant_id.clone(),
+            retry: self.inputs[usize::from(part.input)].retry,
+            bytes: delivery.payload.len(),
+        };
+        let ready_ms = delivery.due_at.max(delivery.created_at).max(0);
+        let ready_since = UNIX_EPOCH + Duration::from_millis(ready_ms.unsigned_abs());
+        self.held.insert(
+            (part, offset),
+            Held {
+                delivery,
+                ready_since,
+            },
+        );
+        match self.lanes.push(job, max_in_flight, SystemTime::now()) {
+            Ok(Flow::Continue) => {}
+            Ok(Flow::Pause) => {
+                if self.paused.insert(part) {
+                    self.set_paused(part, true);
+                }
+            }
+            Err(error) => {
+                // Unreachable: the watermark refused duplicates already.
+                tracing::error!(%error, "lanes refused a record");
+                self.held.remove(&(part, offset));
+            }
+        }
+    }
+
+    fn set_paused(&self, part: Part, pause: bool) {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.topic_of(part), part.partition);
+        let result = if pause {
+            metrics::paused();
+            tracing::debug!(?part, "buffer full; pausing the partition");
+            self.consumer.pause(&tpl)
+        } else {
+            self.consumer.resume(&tpl)
+        };
+        if let Err(error) = result {
+            tracing::warn!(?part, pause, %error, "cannot pause/resume a partition");
+        }
+    }
+
+    /// Starts every record the lanes allow.
+    fn start_ready(&mut self) {
+        while let Some(started) = self.lanes.pop_ready() {
+            let key = (started.job.partition, started.job.offset);
+            let Some(held) = self.held.remove(&key) else {
+                tracing::error!(?key, "started a record that is not held");
+                let _ = self.lanes.complete(&started);
+                continue;
+            };
+            let d = held.delivery;
+            // The subscription as it is now: deleted or disabled means cancelled.
+            let target = self.subs.get(&d.subscription_id).and_then(|s| {
+                (s.record.enabled && s.record.tenant_id == d.tenant_id).then(|| Target {
+                    url: s.record.url.clone(),
+                    secret_ref: s.record.secret_ref.clone(),
+                })
+            });
+            let Some(target) = target else {
+                metrics::cancelled();
+                tracing::info!(delivery_id = %d.delivery_id, subscription_id = %d.subscription_id, "subscription disabled or deleted; delivery cancelled");
+                let _ = self.lanes.complete(&started);
+                self.offsets.finish(key.0, key.1);
+                continue;
+            };
+            let cancel = CancellationToken::new();
+            let ctx = Arc::clone(&self.ctx);
+            let token = cancel.clone();
+            let abort = self.tasks.spawn(async move {
+                let finished = attempt::run(ctx, d, target, token).await;
+                (key, finished)
+            });
+            self.task_keys.insert(abort.id(), key);
+            self.running.insert(
+                key,
+                Running {
+                    started,
+                    abort,
+                    cancel,
+                },
+            );
+        }
+    }
+
+    fn on_done(&mut self, done: Result<(Id, (Key, Finished)), JoinError>) {
+        match done {
+            Ok((id, (key, finished))) => {
+                self.task_keys.remove(&id);
+                self.complete(key, finished);
+            }
+            Err(e) => {
+                let Some(key) = self.task_keys.remove(&e.id()) else {
+                    return;
+                };
+                if e.is_panic() {
+                    tracing::error!(?key, "attempt task panicked; the record stays unfinished");
+                }
+                self.complete(key, Finished::Abandoned);
+            }
+        }
+    }
+
+    fn complete(&mut self, key: Key, finished: Finished) {
+        let Some(run) = self.running.remove(&key) else {
+            return; // abandoned by a revoke or drain already
+        };
+        if let Err(error) = self.lanes.complete(&run.started) {
+            tracing::error!(%error, "lanes refused a completion");
+        }
+        if finished == Finished::Durable {
+            self.offsets.finish(key.0, key.1);
+        }
+    }
+
+    fn on_tick(&mut self) {
+        self.health.beat(LOOP);
+        let inputs = self.inputs.clone();
+        self.offsets.store(
+            &self.consumer,
+            |p| inputs[usize::from(p.input)].topic.clone(),
+            None,
+        );
+        for part in self.lanes.take_resumable() {
+            if self.paused.remove(&part) {
+                self.set_paused(part, false);
+            }
+        }
+        self.ticks += 1;
+        if self.ticks % GAUGE_TICKS == 0 {
+            self.gauges();
+        }
+    }
+
+    fn gauges(&self) {
+        let now = SystemTime::now();
+        let mut oldest: Vec<Option<SystemTime>> = vec![None; self.inputs.len()];
+        for ((part, _), held) in &self.held {
+            let slot = &mut oldest[usize::from(part.input)];
+            if slot.is_none_or(|t| held.ready_since < t) {
+                *slot = Some(held.ready_since);
+            }
+        }
+        let oldest_ready = self
+            .inputs
+            .iter()
+            .zip(oldest)
+            .map(|(input, t)| {
+                let age = t.map_or(Duration::ZERO, |t| {
+                    now.duration_since(t).unwrap_or_default()
+                });
+                (input.label, age)
+            })
+            .collect();
+        metrics::gauges(&metrics::Gauges {
+            in_flight: self.running.len(),
+            lanes: self.lanes.lane_count(),
+            buffered: self.lanes.buffered_records(),
+            oldest_ready,
+        });
+    }
+
+    /// Hands partitions over: drop their queued records, give their in-flight
+    /// attempts the request timeout, store and commit, forget them.
+    async fn revoke(&mut self, revoked: &[TopicPartition]) {
+        let parts: Vec<Part> = revoked
+            .iter()
+            .filter_map(|(t, p)| self.part(t, *p))
+            .collect();
+        let mut dropped = 0;
+        for part in &parts {
+            for offset in self.lanes.drop_partition(part) {
+                self.held.remove(&(*part, offset));
+                dropped += 1;
+            }
+            self.paused.remove(part);
+        }
+        let deadline = tokio::time::Instant::now() + self.request_timeout + DRAIN_SLACK;
+        let in_flight = self.wait_for(|k| parts.contains(&k.0), deadline).await;
+        let abandoned = self.abandon(|k| parts.contains(&k.0));
+        let inputs = self.inputs.clone();
+        self.offsets.store(
+            &self.consumer,
+            |p| inputs[usize::from(p.input)].topic.clone(),
+            Some(&parts),
+        );
+        offsets::commit_now(&self.consumer).await;
+        self.offsets.forget(&parts);
+        tracing::info!(
+            partitions = parts.len(),
+            dropped,
+            finished_in_flight = in_flight,
+            abandoned,
+            "revoked partitions handed over"
+        );
+    }
+
+    /// Processes completions until no running attempt matches `which` or the
+    /// deadline; returns how many matching attempts completed.
+    async fn wait_for(
+        &mut self,
+        which: impl Fn(&Key) -> bool,
+        deadline: tokio::time::Instant,
+    ) -> usize {
+        let mut completed = 0;
+        while self.running.keys().any(&which) {
+            tokio::select! {
+                Some(done) = self.tasks.join_next_with_id() => {
+                    let key = match &done {
+                        Ok((_, (key, _))) => Some(*key),
+                        Err(e) => self.task_keys.get(&e.id()).copied(),
+                    };
+                    if key.is_some_and(|k| which(&k)) {
+                        completed += 1;
+                    }
+                    self.on_done(done);
+                }
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        completed
+    }
+
+    /// Cancels and aborts matching attempts; their offsets stay unfinished.
+    fn abandon(&mut self, which: impl Fn(&Key) -> bool) -> usize {
+        let keys: Vec<Key> = self.running.keys().copied().filter(|k| which(k)).collect();
+        for key in &keys {
+            if let Some(run) = self.running.remove(key) {
+                run.cancel.cancel();
+                run.abort.abort();
+                self.task_keys.remove(&run.abort.id());
+                let _ = self.lanes.complete(&run.started);
+            }
+        }
+        keys.len()
+    }
+
+    /// Shutdown: stop taking work, let in-flight attempts finish within the
+    /// request timeout (and the shutdown grace), store and commit.
+    async fn drain(mut self) {
+        let parts: Vec<Part> = self.lanes_partitions();
+        for part in &parts {
+            for offset in self.lanes.drop_partition(part) {
+                self.held.remove(&(*part, offset));
+            }
+        }
+        self.held.clear();
+        let budget = (self.request_timeout + DRAIN_SLACK).min(self.shutdown_grace);
+        let in_flight = self.running.len();
+        tracing::info!(in_flight, ?budget, "draining");
+        let deadline = tokio::time::Instant::now() + budget;
+        self.wait_for(|_| true, deadline).await;
+        let abandoned = self.abandon(|_| true);
+        let inputs = self.inputs.clone();
+        self.offsets.store(
+            &self.consumer,
+            |p| inputs[usize::from(p.input)].topic.clone(),
+            None,
+        );
+        offsets::commit_now(&self.consumer).await;
+        self.health.forget(LOOP);
+        tracing::info!(abandoned, "drained; offsets committed");
+    }
+
+    fn lanes_partitions(&self) -> Vec<Part> {
+        let mut parts: Vec<Part> = self.held.keys().map(|(p, _)| *p).collect();
+        parts.sort();
+        parts.dedup();
+        parts
+    }
+}

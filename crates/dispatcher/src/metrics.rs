@@ -1,0 +1,96 @@
+//! Recording of dispatcher metrics; the names live in `metric_names`. Labels come
+//! from fixed sets only: outcome (`hookline_core::OUTCOMES`), status class, topic
+//! label (`deliveries` or a tier name) — never tenant, URL or ids.
+
+use std::time::Duration;
+
+use hookline_core::{status_class, Classification, OUTCOMES};
+use hookline_runtime::metric_names::{self as m, label};
+
+/// Zeroes labelled counters so dashboards show them before the first event.
+pub(crate) fn describe() {
+    for outcome in OUTCOMES {
+        let class = class_of_outcome(outcome);
+        metrics::counter!(m::DISPATCHER_ATTEMPTS, label::OUTCOME => *outcome, label::STATUS_CLASS => class)
+            .absolute(0);
+    }
+    metrics::counter!(m::DISPATCHER_CANCELLED).absolute(0);
+    metrics::counter!(m::DISPATCHER_EGRESS_DENIED).absolute(0);
+    metrics::counter!(m::DISPATCHER_FOLLOW_UP_ERRORS).absolute(0);
+    metrics::counter!(m::DISPATCHER_UNDECODABLE).absolute(0);
+}
+
+fn class_of_outcome(outcome: &str) -> &'static str {
+    match outcome.strip_prefix("http_").and_then(|c| c.chars().next()) {
+        Some('1') => "1xx",
+        Some('2') => "2xx",
+        Some('3') => "3xx",
+        Some('4') => "4xx",
+        Some('5') => "5xx",
+        Some('i') => "invalid",
+        _ => "none",
+    }
+}
+
+pub(crate) fn attempt(c: &Classification, took: Duration) {
+    let class = c.status.map_or("none", status_class);
+    metrics::counter!(m::DISPATCHER_ATTEMPTS, label::OUTCOME => c.outcome, label::STATUS_CLASS => class)
+        .increment(1);
+    metrics::histogram!(m::DISPATCHER_ATTEMPT_DURATION, label::OUTCOME => c.outcome)
+        .record(took.as_secs_f64());
+    if c.outcome == "egress_denied" {
+        metrics::counter!(m::DISPATCHER_EGRESS_DENIED).increment(1);
+    }
+}
+
+pub(crate) fn cancelled() {
+    metrics::counter!(m::DISPATCHER_CANCELLED).increment(1);
+}
+
+pub(crate) fn follow_up_failed() {
+    metrics::counter!(m::DISPATCHER_FOLLOW_UP_ERRORS).increment(1);
+}
+
+pub(crate) fn undecodable() {
+    metrics::counter!(m::DISPATCHER_UNDECODABLE).increment(1);
+}
+
+pub(crate) fn paused() {
+    metrics::counter!(m::DISPATCHER_BACKPRESSURE_PAUSES).increment(1);
+}
+
+/// The engine's gauges, set on every tick.
+pub(crate) struct Gauges {
+    pub in_flight: usize,
+    pub lanes: usize,
+    pub buffered: usize,
+    /// Oldest ready-but-unattempted record age per input (topic label, age).
+    pub oldest_ready: Vec<(&'static str, Duration)>,
+}
+
+pub(crate) fn gauges(g: &Gauges) {
+    metrics::gauge!(m::DISPATCHER_IN_FLIGHT).set(g.in_flight as f64);
+    metrics::gauge!(m::DISPATCHER_LANES).set(g.lanes as f64);
+    metrics::gauge!(m::DISPATCHER_BUFFERED_RECORDS).set(g.buffered as f64);
+    for (topic, age) in &g.oldest_ready {
+        metrics::gauge!(m::DISPATCHER_OLDEST_READY_AGE, label::TOPIC => *topic)
+            .set(age.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_outcome_has_a_known_class() {
+        for outcome in OUTCOMES {
+            let class = class_of_outcome(outcome);
+            assert!(
+                ["1xx", "2xx", "3xx", "4xx", "5xx", "invalid", "none"].contains(&class),
+                "{outcome}"
+            );
+            assert_eq!(outcome.starts_with("http_"), class != "none", "{outcome}");
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! The one home of offsets: each assigned partition's watermark (the lowest
+//! offset not yet finished), and the only code that stores or commits. Only a
+//! watermark is ever stored, so the committed offset never passes a record that
+//! is queued, in flight, or whose follow-up is not yet durable: a crash
+//! re-attempts (with the same `webhook-id`) rather than loses.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use hookline_core::{PartitionWatermark, WatermarkError};
+use rdkafka::{
+    consumer::{BaseConsumer, CommitMode, Consumer},
+    error::KafkaError,
+    types::RDKafkaErrorCode,
+    Offset, TopicPartitionList,
+};
+
+use crate::{consumer::DispatchContext, engine::Part};
+
+#[derive(Debug, Default)]
+struct Tracked {
+    watermark: PartitionWatermark,
+    /// The offset last stored for this partition.
+    stored: Option<i64>,
+}
+
+/// Watermarks of the assigned partitions.
+#[derive(Debug, Default)]
+pub(crate) struct Offsets {
+    parts: BTreeMap<Part, Tracked>,
+}
+
+impl Offsets {
+    /// Starts a partition afresh (on assignment): it is read from its committed offset.
+    pub(crate) fn assign(&mut self, part: Part) {
+        self.parts.insert(part, Tracked::default());
+    }
+
+    pub(crate) fn track(&mut self, part: Part, offset: i64) -> Result<(), WatermarkError> {
+        self.parts.entry(part).or_default().watermark.track(offset)
+    }
+
+    /// Marks a record done; a partition no longer assigned is ignored.
+    pub(crate) fn finish(&mut self, part: Part, offset: i64) {
+        if let Some(t) = self.parts.get_mut(&part) {
+            if let Err(error) = t.watermark.finish(offset) {
+                tracing::error!(?part, offset, %error, "watermark refused a finish");
+            }
+        }
+    }
+
+    /// Forgets partitions (after their final store and commit on revoke).
+    pub(crate) fn forget(&mut self, parts: &[Part]) {
+        for p in parts {
+            self.parts.remove(p);
+        }
+    }
+
+    /// Stores the watermark of every partition in `only` (all when `None`) whose
+    /// watermark moved since it was last stored.
+    pub(crate) fn store(
+        &mut self,
+        consumer: &BaseConsumer<DispatchContext>,
+        topic_of: impl Fn(Part) -> String,
+        only: Option<&[Part]>,
+    ) {
+        let mut tpl = TopicPartitionList::new();
+        let mut moved = Vec::new();
+        for (part, t) in &self.parts {
+            if only.is_some_and(|o| !o.contains(part)) {
+                continue;
+            }
+            let Some(committable) = t.watermark.committable() else {
+                continue;
+            };
+            if t.stored == Some(committable) {
+                continue;
+            }
+            if tpl
+                .add_partition_offset(
+                    &topic_of(*part),
+                    part.partition,
+                    Offset::Offset(committable),
+                )
+                .is_ok()
+            {
+                moved.push((*part, committable));
+            }
+        }
+        if moved.is_empty() {
+            return;
+        }
+        match consumer.store_offsets(&tpl) {
+            Ok(()) => {
+                for (part, offset) in moved {
+                    if let Some(t) = self.parts.get_mut(&part) {
+                        t.stored = Some(offset);
+                    }
+                }
+            }
+            // A partition being handed over refuses stores; its new owner re-reads.
+            Err(error) => tracing::debug!(%error, "could not store offsets"),
+        }
+    }
+}
+
+/// Commits the stored offsets now and waits for the broker (revoke, shutdown).
+pub(crate) async fn commit_now(consumer: &Arc<BaseConsumer<DispatchContext>>) {
+    let c = Arc::clone(consumer);
+    match tokio::task::spawn_blocking(move || c.commit_consumer_state(CommitMode::Sync)).await {
+        Ok(Ok(())) => tracing::debug!("offsets committed"),
+        Ok(Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => {}
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "commit failed; the next owner re-attempts from the last commit")
+        }
+        Err(error) => tracing::warn!(%error, "commit task failed"),
+    }
+}
