@@ -1,0 +1,238 @@
+//! Shared set-up of the dispatcher integration tests: unique topics on the real
+//! broker, a secrets directory, a local receiver, an in-process dispatcher, and
+//! helpers to publish subscriptions and deliveries.
+
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Parser;
+use hookline_envelope::{delivery_id, encode, Delivery, Subscription, Topics};
+use hookline_testkit::{kafka, receiver::Receiver};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+struct Args {
+    #[command(flatten)]
+    config: hookline_dispatcher::Config,
+}
+
+/// Secrets every test environment provides: `two` holds two keys (a rotation).
+pub const SECRETS: &[(&str, &str)] = &[
+    ("one", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n"),
+    (
+        "two",
+        "# rotating: new key first, old key until receivers moved\nwhsec_bmV3LWtleS1uZXcta2V5LW5ldy1rZXk=\nwhsec_b2xkLWtleS1vbGQta2V5LW9sZC1rZXk=\n",
+    ),
+];
+
+/// One test's topics, group, secrets and receiver.
+pub struct Env {
+    pub prefix: String,
+    pub topics: Topics,
+    pub group: String,
+    pub producer: FutureProducer,
+    pub secrets: tempfile::TempDir,
+    pub receiver: Receiver,
+}
+
+impl Env {
+    /// Every hookline topic with `partitions` partitions (subscriptions compacted).
+    pub async fn new(name: &str, partitions: i32) -> Self {
+        let prefix = format!("{}.", kafka::unique_name(name));
+        let topics = Topics::with_prefix(&prefix).unwrap();
+        let plain: Vec<(&str, i32)> = topics
+            .all()
+            .into_iter()
+            .filter(|t| *t != topics.subscriptions())
+            .map(|t| (t, partitions))
+            .collect();
+        kafka::create_topics(&plain, &[]).await.unwrap();
+        kafka::create_topics(
+            &[(topics.subscriptions(), 1)],
+            &[("cleanup.policy", "compact")],
+        )
+        .await
+        .unwrap();
+        let secrets = tempfile::tempdir().unwrap();
+        for (name, content) in SECRETS {
+            std::fs::write(secrets.path().join(name), content).unwrap();
+        }
+        Self {
+            group: format!("{prefix}dispatcher"),
+            prefix,
+            topics,
+            producer: kafka::producer(),
+            secrets,
+            receiver: Receiver::start().await.unwrap(),
+        }
+    }
+
+    /// Flags of a dispatcher for this environment, plus `extra`.
+    pub fn args(&self, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = [
+            "hookline-dispatcher",
+            "--brokers",
+            &kafka::brokers(),
+            "--topic-prefix",
+            &self.prefix,
+            "--http-addr",
+            "127.0.0.1:0",
+            "--group-id",
+            &self.group,
+            "--secrets-dir",
+            self.secrets.path().to_str().unwrap(),
+            "--secrets-poll-interval",
+            "1s",
+            "--egress-allow-http",
+            "--egress-allow-cidr",
+            "127.0.0.0/8",
+            "--request-timeout",
+            "10s",
+            "--shutdown-grace",
+            "20s",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args
+    }
+
+    /// Starts a dispatcher in this process.
+    pub fn start(&self, extra: &[&str]) -> Running {
+        let config = Args::try_parse_from(self.args(extra)).unwrap().config;
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(hookline_dispatcher::run(config, stop.clone()));
+        Running { stop, task }
+    }
+
+    /// An enabled subscription of `tenant` posting to `path` on the receiver.
+    pub fn subscription(
+        &self,
+        id: &str,
+        tenant: &str,
+        path: &str,
+        secret_ref: &str,
+    ) -> Subscription {
+        Subscription {
+            subscription_id: id.to_owned(),
+            tenant_id: tenant.to_owned(),
+            url: self.receiver.url(path),
+            event_types: vec!["*".to_owned()],
+            secret_ref: secret_ref.to_owned(),
+            enabled: true,
+            max_in_flight: 4,
+            rate_limit_per_s: None,
+            version: 1,
+            updated_at: now_ms(),
+        }
+    }
+
+    pub async fn put(&self, sub: &Subscription) {
+        self.producer
+            .send(
+                FutureRecord::to(self.topics.subscriptions())
+                    .key(sub.subscription_id.as_bytes())
+                    .payload(&encode(sub)),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+
+    pub async fn delete(&self, id: &str) {
+        self.producer
+            .send(
+                FutureRecord::<[u8], [u8]>::to(self.topics.subscriptions()).key(id.as_bytes()),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+
+    /// Produces deliveries to `deliveries`, keyed by tenant, in order.
+    pub async fn publish(&self, deliveries: &[Delivery]) {
+        kafka::produce_many(
+            &self.producer,
+            self.topics.deliveries(),
+            deliveries
+                .iter()
+                .map(|d| (d.tenant_id.as_bytes().to_vec(), encode(d))),
+        )
+        .await
+        .unwrap();
+    }
+
+    /// Waits until the group has committed every record of `deliveries`.
+    pub async fn committed_to_end(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let (committed, high) = kafka::group_progress(&self.group, self.topics.deliveries())
+                .await
+                .unwrap();
+            if committed == high {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "dispatcher did not commit within {within:?}: committed {committed} of {high}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// A first-attempt delivery of event `n` for `sub`, with a JSON payload naming it.
+pub fn delivery(sub: &Subscription, n: usize) -> Delivery {
+    let event_id = format!("evt-{}-{n}", sub.subscription_id);
+    let now = now_ms();
+    Delivery {
+        delivery_id: delivery_id(&event_id, &sub.subscription_id),
+        payload: format!(r#"{{"event":"{event_id}","n":{n}}}"#).into_bytes(),
+        event_id,
+        tenant_id: sub.tenant_id.clone(),
+        subscription_id: sub.subscription_id.clone(),
+        event_type: "invoice.paid".to_owned(),
+        occurred_at: now,
+        content_type: "application/json".to_owned(),
+        attributes: Default::default(),
+        attempt: 0,
+        created_at: now,
+        due_at: now,
+        first_attempt_at: None,
+        last_attempt_at: None,
+        last_outcome: None,
+        policy_version: None,
+        replay_of: None,
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// An in-process dispatcher.
+pub struct Running {
+    pub stop: CancellationToken,
+    pub task: JoinHandle<Result<(), hookline_dispatcher::DispatcherError>>,
+}
+
+impl Running {
+    /// SIGTERM-equivalent: cancels and waits for a clean exit.
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(40), self.task)
+            .await
+            .expect("dispatcher exits within 40 s of shutdown")
+            .unwrap()
+            .unwrap();
+    }
+}
