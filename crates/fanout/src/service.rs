@@ -44,6 +44,7 @@ pub(crate) struct FanoutLoop {
 #[derive(Default)]
 struct Batch {
     messages: Vec<OwnedMessage>,
+    bytes: u64,
     /// (topic, partition) → (first offset, next offset).
     span: BTreeMap<(String, i32), (i64, i64)>,
 }
@@ -56,6 +57,7 @@ impl Batch {
             .entry(key)
             .and_modify(|(_, next)| *next = offset + 1)
             .or_insert((offset, offset + 1));
+        self.bytes += msg.payload().map_or(0, <[u8]>::len) as u64;
         self.messages.push(msg);
     }
 
@@ -66,6 +68,11 @@ impl Batch {
         self.messages
             .retain(|m| !(m.topic() == topic && m.partition() == partition));
         self.span.remove(&(topic.to_owned(), partition));
+        self.bytes = self
+            .messages
+            .iter()
+            .map(|m| m.payload().map_or(0, <[u8]>::len) as u64)
+            .sum();
         before - self.messages.len()
     }
 
@@ -157,8 +164,9 @@ impl FanoutLoop {
     async fn collect(&self, stop: &CancellationToken) -> Batch {
         let mut batch = Batch::default();
         let max = self.config.fanout.txn_max_events as usize;
+        let max_bytes = self.config.fanout.txn_max_bytes;
         let mut deadline: Option<tokio::time::Instant> = None;
-        while batch.messages.len() < max {
+        while batch.messages.len() < max && batch.bytes < max_bytes {
             let wait = match deadline {
                 Some(d) => d.saturating_duration_since(tokio::time::Instant::now()),
                 None => IDLE_POLL,
