@@ -5,10 +5,15 @@
 //! touching the sink's consumer group.
 
 mod archive;
+pub mod cli;
 pub mod config;
+pub mod filter;
+pub mod inspect;
 mod metrics;
+pub mod replay;
 pub mod row;
 mod service;
+pub mod source;
 pub mod store;
 
 use hookline_envelope::{TopicError, Topics};

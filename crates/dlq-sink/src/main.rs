@@ -1,21 +1,96 @@
-//! `hookline-dlq-sink`: parses flags and environment, sets up logging, and runs the sink.
+//! `hookline-dlq-sink`: parses flags and environment, sets up logging, and runs the sink or
+//! an operator subcommand, exiting with the documented codes.
 
-use clap::Parser;
+use std::process::ExitCode;
 
-/// hookline dlq-sink: a durable archive of dead letters and quarantined events.
+use clap::{error::ErrorKind, Parser, Subcommand};
+use hookline_dlq_sink::cli::{EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE};
+
+/// hookline dlq-sink: a durable archive of dead letters and quarantined events, and the
+/// operator commands to inspect and replay them. With no subcommand, runs the sink.
 #[derive(Debug, Parser)]
-#[command(name = "hookline-dlq-sink", version, about)]
+#[command(name = "hookline-dlq-sink", version, about, after_help = EXIT_CODES_HELP)]
 struct Cli {
     #[command(flatten)]
     config: hookline_dlq_sink::Config,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List or count dead letters (or quarantined events) in the topic or the archive.
+    /// Results on stdout; progress and logs on stderr. Reads by assignment, never commits.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Inspect(hookline_dlq_sink::inspect::InspectArgs),
+    /// Preview (default) or, with --execute, write matching dead letters back to
+    /// `deliveries` (attempt 0, same delivery_id, replay_of set), or quarantined events back
+    /// to `events`. Reads by assignment, never commits.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Replay(hookline_dlq_sink::replay::ReplayArgs),
+}
+
+fn exit(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => exit(EXIT_OK),
+                _ => exit(EXIT_USAGE),
+            };
+        }
+    };
     let common = &cli.config.common;
-    hookline_runtime::telemetry::init_logging(&common.log, common.log_format)?;
-    let shutdown = hookline_runtime::shutdown::on_signals();
-    hookline_dlq_sink::run(cli.config, shutdown).await?;
-    Ok(())
+    let archive = &cli.config.archive;
+    let Some(command) = &cli.command else {
+        if let Err(e) = hookline_runtime::telemetry::init_logging(&common.log, common.log_format) {
+            eprintln!("error: {e}");
+            return exit(EXIT_USAGE);
+        }
+        let shutdown = hookline_runtime::shutdown::on_signals();
+        return match hookline_dlq_sink::run(cli.config.clone(), shutdown).await {
+            Ok(()) => exit(EXIT_OK),
+            Err(e) => {
+                eprintln!("error: {}", chain(&e));
+                exit(e.exit_code())
+            }
+        };
+    };
+    // Subcommands keep stdout for results; logs go to stderr at warn.
+    let _ = hookline_runtime::telemetry::init_logging("warn", common.log_format);
+    let mut stdout = std::io::stdout().lock();
+    let result = match command {
+        Command::Inspect(args) => {
+            hookline_dlq_sink::inspect::run(common, archive, args, &mut stdout)
+                .await
+                .map(|_| EXIT_OK)
+        }
+        Command::Replay(args) => hookline_dlq_sink::replay::run(common, archive, args, &mut stdout)
+            .await
+            .map(|summary| summary.exit_code()),
+    };
+    match result {
+        Ok(code) => exit(code),
+        Err(e) => {
+            eprintln!("error: {}", chain(&e));
+            exit(e.exit_code())
+        }
+    }
+}
+
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }

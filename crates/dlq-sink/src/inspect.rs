@@ -1,0 +1,258 @@
+//! `hookline-dlq-sink inspect`: lists or counts what is in the DLQ (or the quarantine), from
+//! the topic or the archive. Results go to stdout; progress and logs to stderr. Read-only.
+
+use std::{collections::BTreeMap, io::Write};
+
+use chrono::{DateTime, Utc};
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+
+use crate::{
+    cli::{open_source, CliError, SourceArgs},
+    filter::FilterArgs,
+    row::ArchiveRow,
+    service::now_ms,
+};
+
+/// Arguments of `inspect`.
+#[derive(Debug, Clone, Args)]
+pub struct InspectArgs {
+    /// What to read.
+    #[command(flatten)]
+    pub source: SourceArgs,
+
+    /// Which records.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+
+    /// Output format: aligned columns, or one JSON object per line.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    pub output: Output,
+
+    /// Count matching records grouped by these fields instead of listing them
+    /// (repeatable: `--count-by tenant --count-by reason`).
+    #[arg(long = "count-by", value_enum, value_name = "FIELD")]
+    pub count_by: Vec<CountBy>,
+
+    /// List at most this many records (counting still reads everything).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max: Option<u64>,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Aligned columns for people.
+    Table,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A field to count by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CountBy {
+    /// The dead-letter or quarantine reason.
+    Reason,
+    /// The tenant.
+    Tenant,
+    /// The subscription.
+    Subscription,
+    /// The event type.
+    EventType,
+    /// The UTC date it was dead-lettered.
+    Date,
+    /// `DeadLetter`, `QuarantinedEvent` or `undecodable`.
+    RecordType,
+}
+
+impl CountBy {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Reason => "reason",
+            Self::Tenant => "tenant",
+            Self::Subscription => "subscription",
+            Self::EventType => "event_type",
+            Self::Date => "date",
+            Self::RecordType => "record_type",
+        }
+    }
+
+    fn value(self, row: &ArchiveRow) -> String {
+        let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "-".into());
+        match self {
+            Self::Reason => row.reason.clone(),
+            Self::Tenant => opt(&row.tenant_id),
+            Self::Subscription => opt(&row.subscription_id),
+            Self::EventType => opt(&row.event_type),
+            Self::Date => row.date_dir(),
+            Self::RecordType => row.record_type.clone(),
+        }
+    }
+}
+
+/// Runs `inspect`; returns how many records matched.
+pub async fn run(
+    common: &hookline_runtime::config::CommonArgs,
+    archive: &crate::store::ArchiveArgs,
+    args: &InspectArgs,
+    out: &mut dyn Write,
+) -> Result<u64, CliError> {
+    let filter = args.filter.build(now_ms())?;
+    let mut source = open_source(common, archive, &args.source, &filter).await?;
+    let mut scanned = 0u64;
+    let mut matched = 0u64;
+    let mut listed: Vec<ArchiveRow> = Vec::new();
+    let mut counts: BTreeMap<Vec<String>, u64> = BTreeMap::new();
+    while let Some(row) = source.next().await? {
+        scanned += 1;
+        if !filter.matches(&row) {
+            continue;
+        }
+        matched += 1;
+        if !args.count_by.is_empty() {
+            let key = args.count_by.iter().map(|c| c.value(&row)).collect();
+            *counts.entry(key).or_default() += 1;
+        } else if args.max.is_none_or(|m| (listed.len() as u64) < m) {
+            if args.output == Output::Json {
+                writeln!(out, "{}", row_json(&row))?;
+            } else {
+                listed.push(row);
+            }
+        }
+    }
+    if !args.count_by.is_empty() {
+        print_counts(out, &args.count_by, &counts, args.output)?;
+    } else if args.output == Output::Table {
+        print_rows(out, &listed)?;
+    }
+    tracing::info!(scanned, matched, "inspect done");
+    eprintln!("scanned {scanned}, matched {matched}");
+    Ok(matched)
+}
+
+/// RFC 3339 (UTC, ms) of a time in ms since the epoch.
+pub(crate) fn rfc3339(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| ms.to_string())
+}
+
+/// One row as a JSON object: coordinates and decoded fields; payload bytes are not printed.
+pub(crate) fn row_json(row: &ArchiveRow) -> Value {
+    json!({
+        "topic": row.topic,
+        "partition": row.partition,
+        "offset": row.offset,
+        "kind": row.kind,
+        "record_type": row.record_type,
+        "tenant_id": row.tenant_id,
+        "subscription_id": row.subscription_id,
+        "event_type": row.event_type,
+        "event_id": row.event_id,
+        "delivery_id": row.delivery_id,
+        "reason": row.reason,
+        "attempt": row.attempt,
+        "last_status": row.last_status,
+        "dead_at": row.dead_at.map(rfc3339),
+        "kafka_timestamp": row.kafka_timestamp.map(rfc3339),
+        "detail": row.detail,
+        "decode_error": row.decode_error,
+        "value_bytes": row.value.as_ref().map_or(0, Vec::len),
+    })
+}
+
+fn print_rows(out: &mut dyn Write, rows: &[ArchiveRow]) -> std::io::Result<()> {
+    let header = [
+        "TOPIC:PARTITION:OFFSET",
+        "DEAD_AT",
+        "TENANT",
+        "SUBSCRIPTION",
+        "EVENT_TYPE",
+        "REASON",
+        "ATTEMPT",
+        "STATUS",
+        "DELIVERY_ID",
+    ]
+    .map(str::to_owned);
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let body = rows.iter().map(|r| {
+        [
+            format!("{}:{}:{}", r.topic, r.partition, r.offset),
+            r.dead_at.map(rfc3339).unwrap_or_else(|| "-".into()),
+            dash(r.tenant_id.clone()),
+            dash(r.subscription_id.clone()),
+            dash(r.event_type.clone()),
+            r.reason.clone(),
+            dash(r.attempt.map(|a| a.to_string())),
+            dash(r.last_status.map(|s| s.to_string())),
+            dash(r.delivery_id.clone()),
+        ]
+    });
+    print_table(out, header, body)
+}
+
+pub(crate) fn print_counts(
+    out: &mut dyn Write,
+    by: &[CountBy],
+    counts: &BTreeMap<Vec<String>, u64>,
+    output: Output,
+) -> std::io::Result<()> {
+    let mut sorted: Vec<_> = counts.iter().collect();
+    sorted.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    if output == Output::Json {
+        for (key, n) in sorted {
+            let mut obj = serde_json::Map::new();
+            for (field, value) in by.iter().zip(key) {
+                obj.insert(field.name().into(), Value::String(value.clone()));
+            }
+            obj.insert("count".into(), json!(n));
+            writeln!(out, "{}", Value::Object(obj))?;
+        }
+        return Ok(());
+    }
+    let header: Vec<String> = by
+        .iter()
+        .map(|c| c.name().to_uppercase())
+        .chain(["COUNT".to_owned()])
+        .collect();
+    let body = sorted.into_iter().map(|(key, n)| {
+        let mut row = key.clone();
+        row.push(n.to_string());
+        row
+    });
+    print_table(out, header, body)
+}
+
+/// Prints aligned columns separated by two spaces.
+pub(crate) fn print_table<H, R>(
+    out: &mut dyn Write,
+    header: H,
+    body: impl Iterator<Item = R>,
+) -> std::io::Result<()>
+where
+    H: AsRef<[String]>,
+    R: AsRef<[String]>,
+{
+    let rows: Vec<R> = body.collect();
+    let mut widths: Vec<usize> = header.as_ref().iter().map(String::len).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_owned()
+    };
+    writeln!(out, "{}", line(header.as_ref()))?;
+    for row in &rows {
+        writeln!(out, "{}", line(row.as_ref()))?;
+    }
+    Ok(())
+}

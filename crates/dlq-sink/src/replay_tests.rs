@@ -1,0 +1,132 @@
+#![allow(clippy::unwrap_used)]
+
+use hookline_envelope::{delivery_id, QuarantinedEvent};
+
+use super::*;
+use crate::row::RawRecord;
+
+fn dead_letter() -> DeadLetter {
+    DeadLetter {
+        delivery: Delivery {
+            delivery_id: delivery_id("ev1", "sub1"),
+            event_id: "ev1".into(),
+            tenant_id: "acme".into(),
+            subscription_id: "sub1".into(),
+            event_type: "invoice.paid".into(),
+            occurred_at: 1,
+            content_type: "application/json".into(),
+            payload: b"{}".to_vec(),
+            attributes: Default::default(),
+            attempt: 9,
+            created_at: 2,
+            due_at: 3,
+            first_attempt_at: Some(4),
+            last_attempt_at: Some(5),
+            last_outcome: Some("http_503".into()),
+            policy_version: Some("p1".into()),
+            replay_of: Some(ReplayOf {
+                topic: "old".into(),
+                partition: 0,
+                offset: 0,
+            }),
+        },
+        reason: "exhausted".into(),
+        last_status: Some(503),
+        dead_at: 6,
+        policy_version: "p1".into(),
+        detail: None,
+    }
+}
+
+fn row_of(kind: Kind, value: &[u8]) -> ArchiveRow {
+    ArchiveRow::from_record(
+        kind,
+        RawRecord {
+            topic: "x.deliveries.dlq",
+            partition: 2,
+            offset: 41,
+            timestamp: Some(7),
+            key: Some(b"acme"),
+            value: Some(value),
+        },
+        vec![],
+        8,
+    )
+}
+
+#[test]
+fn a_replayed_delivery_starts_over_with_the_same_id_and_lineage() {
+    let dl = dead_letter();
+    let row = row_of(Kind::Dlq, &encode(&dl));
+    let replayed = replay_record(&row, 1_000).unwrap();
+    assert_eq!(replayed.key.as_deref(), Some(&b"acme"[..]));
+    assert!(replayed.headers.is_empty());
+    let d: Delivery = decode(&replayed.value).unwrap();
+    let want = Delivery {
+        attempt: 0,
+        due_at: 1_000,
+        first_attempt_at: None,
+        last_attempt_at: None,
+        last_outcome: None,
+        policy_version: None,
+        replay_of: Some(ReplayOf {
+            topic: "x.deliveries.dlq".into(),
+            partition: 2,
+            offset: 41,
+        }),
+        ..dl.delivery.clone()
+    };
+    assert_eq!(d, want);
+    assert_eq!(d.delivery_id, dl.delivery.delivery_id);
+    assert_eq!(
+        d.created_at, 2,
+        "created_at keeps the original fan-out time"
+    );
+}
+
+#[test]
+fn a_quarantined_event_is_replayed_byte_for_byte() {
+    let q = QuarantinedEvent {
+        key: Some(b"acme".to_vec()),
+        value: b"\x00\x01raw".to_vec(),
+        headers: vec![QuarantinedHeader {
+            name: "traceparent".into(),
+            value: Some(b"00-1".to_vec()),
+        }],
+        reason: "not_avro".into(),
+        detail: "x".into(),
+        source_topic: "events".into(),
+        source_partition: 0,
+        source_offset: 3,
+        quarantined_at: 9,
+    };
+    let row = row_of(Kind::Quarantine, &encode(&q));
+    let replayed = replay_record(&row, 1_000).unwrap();
+    assert_eq!(
+        replayed,
+        Replayed {
+            key: q.key.clone(),
+            value: q.value.clone(),
+            headers: q.headers.clone(),
+        }
+    );
+}
+
+#[test]
+fn undecodable_rows_cannot_be_replayed() {
+    let row = row_of(Kind::Dlq, b"garbage, not avro");
+    assert!(replay_record(&row, 0).unwrap_err().contains("magic"));
+}
+
+#[test]
+fn exit_codes_follow_the_summary() {
+    let s = |matched, replayed, failed| Summary {
+        scanned: 10,
+        matched,
+        replayed,
+        failed,
+    };
+    assert_eq!(s(3, 3, 0).exit_code(), 0);
+    assert_eq!(s(3, 2, 1).exit_code(), 2);
+    assert_eq!(s(0, 0, 0).exit_code(), 3);
+}
