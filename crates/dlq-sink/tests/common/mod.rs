@@ -69,14 +69,18 @@ impl Env {
             "127.0.0.1:0",
             "--group-id",
             &self.group,
-            "--archive-url",
-            self.archive_dir().to_str().unwrap(),
             "--max-file-age",
             "300ms",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if !extra.contains(&"--archive-url") {
+            args.extend([
+                "--archive-url".into(),
+                self.archive_dir().display().to_string(),
+            ]);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         args
     }
@@ -91,10 +95,16 @@ impl Env {
 
     /// Starts the real binary.
     pub fn spawn(&self, extra: &[&str]) -> Child {
+        self.spawn_with_env(extra, &[])
+    }
+
+    /// Starts the real binary with extra environment variables.
+    pub fn spawn_with_env(&self, extra: &[&str], envs: &[(&str, &str)]) -> Child {
         let args = self.args(extra);
         Command::new(env!("CARGO_BIN_EXE_hookline-dlq-sink"))
             .args(&args[1..])
             .env("HOOKLINE_LOG", "warn")
+            .envs(envs.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -103,6 +113,15 @@ impl Env {
 
     /// Runs a subcommand of the real binary to completion: (exit code, stdout, stderr).
     pub fn cli(&self, args: &[&str]) -> (i32, String, String) {
+        let mut all = args.to_vec();
+        if !args.contains(&"--archive-url") {
+            all.extend(["--archive-url", self.archive_dir().to_str().unwrap()]);
+        }
+        self.cli_with_env(&all, &[])
+    }
+
+    /// Runs a subcommand with extra environment variables; `args` name the archive.
+    pub fn cli_with_env(&self, args: &[&str], envs: &[(&str, &str)]) -> (i32, String, String) {
         let out = Command::new(env!("CARGO_BIN_EXE_hookline-dlq-sink"))
             .args(args)
             .args([
@@ -110,10 +129,9 @@ impl Env {
                 &kafka::brokers(),
                 "--topic-prefix",
                 &self.prefix,
-                "--archive-url",
-                self.archive_dir().to_str().unwrap(),
             ])
             .env("HOOKLINE_LOG", "warn")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .output()
             .expect("run hookline-dlq-sink");

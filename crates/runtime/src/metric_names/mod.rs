@@ -25,8 +25,8 @@ mod dlq_sink;
 mod fanout;
 mod subscriptions;
 
-pub use dlq_sink::*;
 pub use dispatcher::*;
+pub use dlq_sink::*;
 pub use fanout::*;
 pub use subscriptions::*;
 
