@@ -1,0 +1,197 @@
+//! End to end through a real dispatcher: deliveries rejected by a failing receiver are
+//! dead-lettered and archived by the sink; a replay preview sends nothing; once the receiver
+//! is healthy, `replay --execute` from the archive gets every one of them delivered with its
+//! original `webhook-id`.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::{collections::BTreeSet, time::Duration};
+
+use clap::Parser;
+use common::{wait_for_archive, Env};
+use hookline_envelope::{delivery_id, encode, Delivery, Subscription};
+use hookline_testkit::{
+    kafka,
+    receiver::{Behaviour, Receiver},
+};
+use rdkafka::producer::FutureRecord;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+struct DispatcherCli {
+    #[command(flatten)]
+    config: hookline_dispatcher::Config,
+}
+
+const DELIVERIES: usize = 6;
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id() {
+    let env = Env::new("e2e-replay").await;
+    let receiver = Receiver::start().await.unwrap();
+    receiver.set("/hook", Behaviour::status(400));
+    let secrets = tempfile::tempdir().unwrap();
+    std::fs::write(
+        secrets.path().join("acme-key"),
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n",
+    )
+    .unwrap();
+
+    let sub = Subscription {
+        subscription_id: "sub-acme".into(),
+        tenant_id: "acme".into(),
+        url: receiver.url("/hook"),
+        event_types: vec!["*".into()],
+        secret_ref: "acme-key".into(),
+        enabled: true,
+        max_in_flight: 4,
+        rate_limit_per_s: None,
+        version: 1,
+        updated_at: now_ms(),
+    };
+    env.producer
+        .send(
+            FutureRecord::to(env.topics.subscriptions())
+                .key(sub.subscription_id.as_bytes())
+                .payload(&encode(&sub)),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let mut ids = BTreeSet::new();
+    for n in 0..DELIVERIES {
+        let event_id = format!("evt-e2e-{n}");
+        let now = now_ms();
+        let d = Delivery {
+            delivery_id: delivery_id(&event_id, &sub.subscription_id),
+            payload: format!(r#"{{"n":{n}}}"#).into_bytes(),
+            event_id,
+            tenant_id: "acme".into(),
+            subscription_id: sub.subscription_id.clone(),
+            event_type: "invoice.paid".into(),
+            occurred_at: now,
+            content_type: "application/json".into(),
+            attributes: Default::default(),
+            attempt: 0,
+            created_at: now,
+            due_at: now,
+            first_attempt_at: None,
+            last_attempt_at: None,
+            last_outcome: None,
+            policy_version: None,
+            replay_of: None,
+        };
+        ids.insert(d.delivery_id.clone());
+        env.send(env.topics.deliveries(), Some(b"acme"), &encode(&d), None)
+            .await;
+    }
+
+    // The dispatcher and the sink, in this process.
+    let dispatcher_args = [
+        "hookline-dispatcher",
+        "--brokers",
+        &kafka::brokers(),
+        "--topic-prefix",
+        &env.prefix,
+        "--http-addr",
+        "127.0.0.1:0",
+        "--group-id",
+        &format!("{}dispatcher", env.prefix),
+        "--secrets-dir",
+        secrets.path().to_str().unwrap(),
+        "--egress-allow-http",
+        "--egress-allow-cidr",
+        "127.0.0.0/8",
+    ];
+    let config = DispatcherCli::try_parse_from(dispatcher_args)
+        .unwrap()
+        .config;
+    let stop_dispatcher = CancellationToken::new();
+    let dispatcher = tokio::spawn(hookline_dispatcher::run(config, stop_dispatcher.clone()));
+    let sink = env.start(&[]);
+
+    // Every delivery is rejected (400), dead-lettered and archived.
+    assert!(
+        receiver
+            .wait_until(Duration::from_secs(60), |r| r.len() >= DELIVERIES)
+            .await,
+        "the receiver saw {} of {DELIVERIES} first attempts",
+        receiver.count()
+    );
+    let dlq = env.topics.dlq().to_owned();
+    wait_for_archive(env.archive_dir(), Duration::from_secs(60), |got| {
+        got.iter().filter(|(t, _, _)| *t == dlq).count() >= DELIVERIES
+    })
+    .await;
+    let first_ids: BTreeSet<String> = receiver
+        .requests()
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    assert_eq!(first_ids, ids);
+
+    // The receiver is healthy again. A preview sends nothing.
+    receiver.set("/hook", Behaviour::status(204));
+    let seen = receiver.count();
+    let (code, stdout, stderr) = env.cli(&["replay", "--from-archive", "--tenant", "acme"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("preview: {DELIVERIES} record(s)")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("rejected_4xx"), "{stdout}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(receiver.count(), seen, "a preview must send nothing");
+    assert_eq!(
+        kafka::read_to_end(env.topics.deliveries())
+            .await
+            .unwrap()
+            .len(),
+        DELIVERIES,
+        "a preview must write nothing"
+    );
+
+    // Replay from the archive: each arrives once more, with its original webhook-id.
+    let (code, stdout, stderr) = env.cli(&[
+        "replay",
+        "--from-archive",
+        "--tenant",
+        "acme",
+        "--reason",
+        "rejected_4xx",
+        "--execute",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("replayed {DELIVERIES}, failed 0")),
+        "{stdout}"
+    );
+    assert!(
+        receiver
+            .wait_until(Duration::from_secs(60), |r| r.len() >= seen + DELIVERIES)
+            .await,
+        "the receiver saw {} replays of {DELIVERIES}",
+        receiver.count() - seen
+    );
+    let replays = &receiver.requests()[seen..];
+    let replay_ids: BTreeSet<String> = replays
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    assert_eq!(replay_ids, ids, "replays carry the original webhook-id");
+    assert_eq!(replays.len(), DELIVERIES);
+
+    stop_dispatcher.cancel();
+    dispatcher.await.unwrap().unwrap();
+    sink.stop().await;
+}
