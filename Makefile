@@ -9,7 +9,7 @@ VENV := .venv
 KAFKA := deploy/dev/kafka.sh
 WITH_KAFKA := deploy/dev/with-kafka.sh
 
-.PHONY: build test test-rust test-python lint fmt demo kafka-up kafka-down kafka-fetch venv clean
+.PHONY: build test test-rust test-python chart-test lint fmt demo kafka-up kafka-down kafka-fetch venv clean
 
 build:
 	$(CARGO) build --workspace --all-targets
@@ -17,6 +17,7 @@ build:
 ## test: starts a real Kafka broker if none is given, runs every test, stops it.
 test: venv kafka-fetch
 	$(WITH_KAFKA) $(MAKE) --no-print-directory test-rust test-python
+	$(MAKE) --no-print-directory chart-test
 
 test-rust:
 	$(CARGO) test --workspace --all-targets
@@ -25,6 +26,10 @@ test-rust:
 test-python: venv
 	$(CARGO) build -q -p hookline-envelope --example contract_tool
 	$(VENV)/bin/python -m pytest -q tests/contract
+
+## chart-test: the Helm chart offline; installs helm, promtool and kubernetes-validate itself.
+chart-test: venv
+	bash deploy/helm/chart-test.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -49,9 +54,9 @@ kafka-down:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: tests/contract/requirements.txt
+$(VENV)/.installed: tests/contract/requirements.txt deploy/helm/requirements.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/contract/requirements.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r tests/contract/requirements.txt -r deploy/helm/requirements.txt
 	touch $@
 
 clean:

@@ -1,0 +1,241 @@
+{{/* Names and labels. */}}
+{{- define "hookline.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "hookline.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The three components: values key -> resource/binary suffix. */}}
+{{- define "hookline.components" -}}
+fanout: fanout
+dispatcher: dispatcher
+dlqSink: dlq-sink
+{{- end -}}
+
+{{- define "hookline.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "hookline.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: hookline
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* (dict "root" $ "component" "dlq-sink") */}}
+{{- define "hookline.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "hookline.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "hookline.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "hookline.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "hookline.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* Topic names, unprefixed, in the order of hookline_envelope::Topics::all()
+     (crates/envelope/src/topics.rs is the source of truth). */}}
+{{- define "hookline.topicNames" -}}
+- events
+- subscriptions
+- deliveries
+{{- range .Values.topics.retryTiers }}
+- deliveries.{{ .name }}
+{{- end }}
+- deliveries.dlq
+- events.quarantine
+{{- end -}}
+
+{{/* A duration like 10s, 15m, 7d, 1h30m, 250ms in milliseconds; fails otherwise. */}}
+{{- define "hookline.durationMs" -}}
+{{- $s := toString . | trim -}}
+{{- if not (regexMatch "^([0-9]+(ms|s|m|h|d|w))+$" $s) -}}
+{{- fail (printf "`%s` is not a duration like 10s, 15m, 7d or 1h30m" $s) -}}
+{{- end -}}
+{{- $units := dict "ms" 1 "s" 1000 "m" 60000 "h" 3600000 "d" 86400000 "w" 604800000 -}}
+{{- $total := 0 -}}
+{{- range regexFindAll "[0-9]+(ms|s|m|h|d|w)" $s -1 -}}
+{{- $n := regexFind "^[0-9]+" . | int64 -}}
+{{- $u := trimPrefix (regexFind "^[0-9]+" .) . -}}
+{{- $total = add $total (mul $n (get $units $u)) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{/* The librdkafka passthrough as `key=value;...` for HOOKLINE_KAFKA_CONFIG.
+     Credentials are `@/path` references to mounted Secret files, never values. */}}
+{{- define "hookline.kafkaConfig" -}}
+{{- $k := .Values.kafka -}}
+{{- $entries := list -}}
+{{- $managed := list -}}
+{{- $proto := $k.securityProtocol -}}
+{{- if $proto -}}
+{{- $entries = append $entries (printf "security.protocol=%s" $proto) -}}
+{{- $managed = append $managed "security.protocol" -}}
+{{- end -}}
+{{- if hasPrefix "SASL_" $proto -}}
+{{- if not $k.sasl.existingSecret -}}
+{{- fail "kafka.securityProtocol is SASL_*: set kafka.sasl.existingSecret to a Secret holding the username and password" -}}
+{{- end -}}
+{{- $entries = append $entries (printf "sasl.mechanism=%s" $k.sasl.mechanism) -}}
+{{- $entries = append $entries (printf "sasl.username=@/etc/hookline/kafka/sasl/%s" $k.sasl.usernameKey) -}}
+{{- $entries = append $entries (printf "sasl.password=@/etc/hookline/kafka/sasl/%s" $k.sasl.passwordKey) -}}
+{{- $managed = concat $managed (list "sasl.mechanism" "sasl.username" "sasl.password") -}}
+{{- end -}}
+{{- if $k.tls.existingSecret -}}
+{{- if not (has $proto (list "SSL" "SASL_SSL")) -}}
+{{- fail "kafka.tls.existingSecret is set but kafka.securityProtocol is not SSL or SASL_SSL" -}}
+{{- end -}}
+{{- $entries = append $entries (printf "ssl.ca.location=/etc/hookline/kafka/tls/%s" $k.tls.caKey) -}}
+{{- $managed = append $managed "ssl.ca.location" -}}
+{{- if $k.tls.certKey -}}
+{{- $entries = append $entries (printf "ssl.certificate.location=/etc/hookline/kafka/tls/%s" $k.tls.certKey) -}}
+{{- $entries = append $entries (printf "ssl.key.location=/etc/hookline/kafka/tls/%s" $k.tls.keyKey) -}}
+{{- $managed = concat $managed (list "ssl.certificate.location" "ssl.key.location") -}}
+{{- end -}}
+{{- end -}}
+{{- range $key, $value := $k.config -}}
+{{- $v := include "hookline.str" $value -}}
+{{- if has $key $managed -}}
+{{- fail (printf "kafka.config.%s is set by the chart from kafka.securityProtocol/sasl/tls; remove it from kafka.config" $key) -}}
+{{- end -}}
+{{- if or (contains ";" $key) (contains ";" $v) -}}
+{{- fail (printf "kafka.config.%s: `;` separates passthrough entries and cannot appear in a key or value" $key) -}}
+{{- end -}}
+{{- if and (regexMatch "(password|secret|jaas)" $key) (not (hasPrefix "@" $v)) -}}
+{{- fail (printf "kafka.config.%s looks like a credential: mount it from a Secret and reference the file as @/path, never put it in values" $key) -}}
+{{- end -}}
+{{- $entries = append $entries (printf "%s=%s" $key $v) -}}
+{{- end -}}
+{{- join ";" $entries -}}
+{{- end -}}
+
+{{/* Environment shared by every component and the topics Job. */}}
+{{- define "hookline.commonEnv" -}}
+HOOKLINE_BROKERS: {{ required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers | quote }}
+HOOKLINE_TOPIC_PREFIX: {{ .Values.topics.prefix | quote }}
+{{- with include "hookline.kafkaConfig" . }}
+HOOKLINE_KAFKA_CONFIG: {{ . | quote }}
+{{- end }}
+HOOKLINE_HTTP_ADDR: {{ printf "0.0.0.0:%d" (int .Values.metrics.port) | quote }}
+HOOKLINE_LOG_FORMAT: {{ .Values.log.format | quote }}
+HOOKLINE_LOG: {{ .Values.log.level | quote }}
+{{- end -}}
+
+{{/* Environment of one component: (dict "root" $ "key" "dispatcher"). The
+     chart's typed values first; the component's `env` map may add any other
+     HOOKLINE_* flag but not override one the chart sets. */}}
+{{- define "hookline.componentEnv" -}}
+{{- $root := .root -}}
+{{- $c := index $root.Values .key -}}
+{{- $env := include "hookline.commonEnv" $root | fromYaml -}}
+{{- $_ := set $env "HOOKLINE_SHUTDOWN_GRACE" (printf "%ds" (int $c.shutdownGraceSeconds)) -}}
+{{- if eq .key "fanout" -}}
+{{- $_ := set $env "HOOKLINE_FANOUT_GROUP" $c.groupId -}}
+{{- else if eq .key "dispatcher" -}}
+{{- $_ := set $env "HOOKLINE_DISPATCHER_GROUP" $c.groupId -}}
+{{- $_ := set $env "HOOKLINE_REQUEST_TIMEOUT" (printf "%ds" (int $c.requestTimeoutSeconds)) -}}
+{{- $_ := set $env "HOOKLINE_SECRETS_DIR" $root.Values.signing.mountPath -}}
+{{- $_ := set $env "HOOKLINE_SECRETS_POLL_INTERVAL" $root.Values.signing.pollInterval -}}
+{{- else if eq .key "dlqSink" -}}
+{{- $_ := set $env "HOOKLINE_DLQ_SINK_GROUP" $c.groupId -}}
+{{- $_ := set $env "HOOKLINE_ARCHIVE_URL" (default $c.archive.mountPath $c.archive.url) -}}
+{{- with $c.archive.s3Endpoint }}{{ $_ := set $env "HOOKLINE_S3_ENDPOINT" . }}{{ end -}}
+{{- with $c.archive.s3Region }}{{ $_ := set $env "HOOKLINE_S3_REGION" . }}{{ end -}}
+{{- end -}}
+{{- range $name, $value := $c.env -}}
+{{- if hasKey $env $name -}}
+{{- fail (printf "%s.env.%s is set by the chart from typed values; change those instead" $.key $name) -}}
+{{- end -}}
+{{- $_ := set $env $name (include "hookline.str" $value) -}}
+{{- end -}}
+{{- toYaml $env -}}
+{{- end -}}
+
+{{/* terminationGracePeriodSeconds of a component, computed or checked. */}}
+{{- define "hookline.terminationGrace" -}}
+{{- $c := index .root.Values .key -}}
+{{- $shutdown := int $c.shutdownGraceSeconds -}}
+{{- $min := add $shutdown 15 -}}
+{{- $why := printf "%s.shutdownGraceSeconds (%d) + 15s to commit and flush" .key $shutdown -}}
+{{- if eq .key "dispatcher" -}}
+{{- $timeout := int $c.requestTimeoutSeconds -}}
+{{- $slack := int $c.drainSlackSeconds -}}
+{{- if lt $shutdown $timeout -}}
+{{- fail (printf "dispatcher.shutdownGraceSeconds (%d) is below dispatcher.requestTimeoutSeconds (%d): requests in flight at shutdown could not finish; raise it" $shutdown $timeout) -}}
+{{- end -}}
+{{- $min = add $shutdown $slack -}}
+{{- $why = printf "dispatcher.shutdownGraceSeconds (%d, >= requestTimeoutSeconds %d) + drainSlackSeconds (%d)" $shutdown $timeout $slack -}}
+{{- end -}}
+{{- if kindIs "invalid" $c.terminationGracePeriodSeconds -}}
+{{- $min -}}
+{{- else if lt (int $c.terminationGracePeriodSeconds) (int $min) -}}
+{{- fail (printf "%s.terminationGracePeriodSeconds (%d) is too low: it must be at least %d = %s, or Kubernetes kills the pod mid-drain" .key (int $c.terminationGracePeriodSeconds) (int $min) $why) -}}
+{{- else -}}
+{{- int $c.terminationGracePeriodSeconds -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Volumes every pod gets: /tmp and the Kafka credential Secrets. */}}
+{{- define "hookline.kafkaVolumes" -}}
+- name: tmp
+  emptyDir:
+    sizeLimit: 64Mi
+{{- if and (hasPrefix "SASL_" .Values.kafka.securityProtocol) .Values.kafka.sasl.existingSecret }}
+- name: kafka-sasl
+  secret:
+    secretName: {{ .Values.kafka.sasl.existingSecret }}
+    defaultMode: 0440
+{{- end }}
+{{- if .Values.kafka.tls.existingSecret }}
+- name: kafka-tls
+  secret:
+    secretName: {{ .Values.kafka.tls.existingSecret }}
+    defaultMode: 0440
+{{- end }}
+{{- end -}}
+
+{{- define "hookline.kafkaVolumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if and (hasPrefix "SASL_" .Values.kafka.securityProtocol) .Values.kafka.sasl.existingSecret }}
+- name: kafka-sasl
+  mountPath: /etc/hookline/kafka/sasl
+  readOnly: true
+{{- end }}
+{{- if .Values.kafka.tls.existingSecret }}
+- name: kafka-tls
+  mountPath: /etc/hookline/kafka/tls
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{/* A value as a string, whole numbers without float formatting (2097152, not 2.097152e+06). */}}
+{{- define "hookline.str" -}}
+{{- if or (kindIs "float64" .) (kindIs "int64" .) (kindIs "int" .) -}}
+{{- if eq (float64 .) (float64 (int64 .)) -}}{{- int64 . -}}{{- else -}}{{- . -}}{{- end -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
