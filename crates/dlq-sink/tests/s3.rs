@@ -37,11 +37,7 @@ impl Moto {
             "{} is missing: run `make venv` (tests/contract/requirements.txt installs moto[server])",
             bin.display()
         );
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let child = Command::new(bin)
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
             .stdout(Stdio::null())
@@ -61,24 +57,35 @@ impl Moto {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// One plain HTTP/1.1 request; returns the status code and body.
     fn request(&self, method: &str, path: &str) -> (u16, String) {
-        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
-        write!(
-            stream,
-            "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.port
-        )
-        .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let status = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        (status, response)
+        http(self.port, method, path)
     }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One plain HTTP/1.1 request to 127.0.0.1; returns the status code and the response.
+fn http(port: u16, method: &str, path: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, response)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -114,7 +121,11 @@ async fn the_sink_archives_to_an_s3_compatible_bucket_and_inspect_reads_it() {
         ("AWS_SECRET_ACCESS_KEY", "testing"),
         ("AWS_REGION", "us-east-1"),
     ];
-    let mut sink = env.spawn_with_env(&s3_args, &aws);
+    let ops_port = free_port();
+    let ops_addr = format!("127.0.0.1:{ops_port}");
+    let mut sink_args = s3_args.to_vec();
+    sink_args.extend(["--http-addr", &ops_addr]);
+    let mut sink = env.spawn_with_env(&sink_args, &aws);
 
     let mut inspect = vec!["inspect", "--from-archive", "--output", "json"];
     inspect.extend(s3_args);
@@ -164,6 +175,42 @@ async fn the_sink_archives_to_an_s3_compatible_bucket_and_inspect_reads_it() {
         assert!(listing.contains(dir), "{dir} not in {listing}");
     }
     assert!(listing.contains("dlq/v1/kind=dlq/date="), "{listing}");
+
+    // Metrics count archived records by bounded reason, and the writes.
+    let (status, metrics) = http(ops_port, "GET", "/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    let line = |name: &str, labels: &[&str]| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name) && labels.iter().all(|x| l.contains(x)))
+            .unwrap_or_else(|| panic!("no {name} {labels:?} in\n{metrics}"))
+            .rsplit(' ')
+            .next()
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+    };
+    let archived = "hookline_dlq_sink_records_archived_total";
+    assert_eq!(
+        line(archived, &[r#"reason="exhausted""#, r#"topic="dlq""#]),
+        20.0
+    );
+    assert_eq!(
+        line(archived, &[r#"reason="undecodable""#, r#"topic="dlq""#]),
+        1.0
+    );
+    assert!(line("hookline_dlq_sink_files_written_total", &[r#"topic="dlq""#]) >= 3.0);
+    assert!(
+        line(
+            "hookline_dlq_sink_archive_write_duration_seconds_count",
+            &["ok"]
+        ) >= 3.0
+    );
+    assert!(line("hookline_dlq_sink_archive_write_bytes_count", &[]) >= 3.0);
+    assert_eq!(
+        line("hookline_dlq_sink_oldest_unarchived_age_seconds", &[]),
+        0.0
+    );
 
     // SIGTERM drains and commits everything that was archived.
     let status = Command::new("kill")

@@ -65,8 +65,6 @@ impl Env {
             &kafka::brokers(),
             "--topic-prefix",
             &self.prefix,
-            "--http-addr",
-            "127.0.0.1:0",
             "--group-id",
             &self.group,
             "--max-file-age",
@@ -75,6 +73,9 @@ impl Env {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if !extra.contains(&"--http-addr") {
+            args.extend(["--http-addr".into(), "127.0.0.1:0".into()]);
+        }
         if !extra.contains(&"--archive-url") {
             args.extend([
                 "--archive-url".into(),
