@@ -101,6 +101,8 @@ pub struct Recorded {
     pub at: Instant,
     /// Wall-clock arrival time, to compare with record timestamps.
     pub received_at: SystemTime,
+    /// The status the receiver answered (decided on arrival, sent after any delay).
+    pub status: u16,
 }
 
 impl Recorded {
@@ -296,6 +298,11 @@ async fn handle(
         *n += 1;
         *n
     };
+    let status = if nth <= behaviour.fail_first {
+        behaviour.fail_status
+    } else {
+        behaviour.status
+    };
     lock(&state.requests).push(Recorded {
         method: parts.method,
         path,
@@ -304,16 +311,12 @@ async fn handle(
         body,
         at,
         received_at,
+        status,
     });
     state.arrived.notify_waiters();
     if !behaviour.delay.is_zero() {
         tokio::time::sleep(behaviour.delay).await;
     }
-    let status = if nth <= behaviour.fail_first {
-        behaviour.fail_status
-    } else {
-        behaviour.status
-    };
     let mut response = Response::builder().status(status);
     if let Some(ra) = behaviour.retry_after.as_deref().filter(|_| status >= 300) {
         response = response.header("retry-after", ra);
