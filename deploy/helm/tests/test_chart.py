@@ -277,6 +277,21 @@ def test_config_checksum_changes_with_the_config():
     assert checksums("--set", "log.level=debug")["fanout"] != base["fanout"]
 
 
+def test_a_custom_retry_ladder_is_refused_while_the_dispatcher_has_no_flag_for_it():
+    out = helm_template("--set", "topics.retryTiers[0].name=retry-5s", "--set", "topics.retryTiers[0].delay=5s")
+    assert out.returncode != 0 and "topics.retryTiers differs" in out.stderr
+
+
+def test_extra_volumes_reach_the_pod(rendered):
+    docs = rendered[("extra-ca", KUBE_DEFAULT)]
+    (dep,) = [d for d in kinds(docs, "Deployment") if component_of(d) == "dispatcher"]
+    spec = dep["spec"]["template"]["spec"]
+    assert {"name": "extra-ca", "secret": {"secretName": "webhook-extra-ca"}} in spec["volumes"]
+    (c,) = spec["containers"]
+    assert {"name": "extra-ca", "mountPath": "/etc/hookline/extra-ca", "readOnly": True} in c["volumeMounts"]
+    assert configmap_env(docs, "dispatcher")["HOOKLINE_TLS_EXTRA_CA"] == "/etc/hookline/extra-ca/ca.crt"
+
+
 def test_disabled_components_render_nothing(rendered):
     docs = rendered[("disabled", KUBE_DEFAULT)]
     assert {component_of(d) for d in kinds(docs, "Deployment")} == {"fanout"}

@@ -73,6 +73,9 @@ spec:
         - name: archive
           mountPath: {{ $c.archive.mountPath }}
         {{- end }}
+        {{- with $c.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     {{- include "hookline.kafkaVolumes" $root | nindent 4 }}
     {{- if eq .key "dispatcher" }}
@@ -89,6 +92,9 @@ spec:
       {{- else }}
       emptyDir: {}
       {{- end }}
+    {{- end }}
+    {{- with $c.extraVolumes }}
+    {{- toYaml . | nindent 4 }}
     {{- end }}
   {{- with $c.nodeSelector }}
   nodeSelector:
