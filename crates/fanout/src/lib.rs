@@ -65,7 +65,12 @@ async fn run_stage(
     ops: &Ops,
     shutdown: &CancellationToken,
 ) -> Result<(), FanoutError> {
-    let needed = [topics.events(), topics.deliveries(), topics.quarantine()];
+    let needed = [
+        topics.events(),
+        topics.subscriptions(),
+        topics.deliveries(),
+        topics.quarantine(),
+    ];
     if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
         return Ok(());
     }
