@@ -1,5 +1,7 @@
-//! Kafka client configuration: the common settings every client gets, the
-//! operator's `-X` passthrough applied last so it can override anything.
+//! Kafka client configuration: the common settings every client gets and the
+//! operator's `-X` passthrough (security, tuning). Settings a service sets
+//! after this for its correctness (isolation level, offset handling,
+//! transactional id, idempotence) deliberately win over the passthrough.
 
 use std::{collections::HashSet, time::Duration};
 
@@ -34,7 +36,7 @@ impl ClientContext for QuietContext {
 impl ConsumerContext for QuietContext {}
 
 /// A base client configuration for `client_id`, with bootstrap servers and the
-/// operator's passthrough applied.
+/// operator's passthrough applied; the caller adds its own settings on top.
 pub fn client_config(common: &CommonArgs, client_id: &str) -> Result<ClientConfig, RuntimeError> {
     let mut config = ClientConfig::new();
     config
