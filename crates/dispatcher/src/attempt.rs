@@ -84,7 +84,7 @@ pub(crate) async fn run(
         now_ms: millis(now),
         detail: detail.as_deref(),
     };
-    let follow_up = plan(&delivery, &facts, ctx.retry_policy);
+    let follow_up = plan(&delivery, &facts, &ctx.retry_policy, rand::random::<f64>());
     log_outcome(&delivery, &facts);
     let (topic, value) = match &follow_up {
         FollowUp::Done => return Finished::Durable,

@@ -4,10 +4,11 @@
 use std::{path::PathBuf, time::Duration};
 
 use clap::Args;
-use hookline_core::{egress::Cidr, EgressPolicy, LaneLimits};
+use hookline_core::{egress::Cidr, EgressPolicy, Ladder, LaneLimits, Tier};
 use hookline_runtime::{
     config::{parse_duration, CommonArgs},
     http::{read_pem_certs, HttpSettings},
+    provision::spec::parse_tier,
 };
 
 use crate::DispatcherError;
@@ -116,6 +117,25 @@ pub struct DispatcherArgs {
     /// Payload bytes buffered in all.
     #[arg(long, env = "HOOKLINE_BUFFER_BYTES", default_value_t = 256 << 20)]
     pub buffer_bytes: usize,
+
+    /// The retry ladder as NAME=DELAY, in order, comma-separated; each tier is the
+    /// topic `deliveries.NAME` (default: retry-10s=10s,retry-1m=1m,retry-15m=15m,
+    /// retry-2h=2h). Must match the tiers the topics were provisioned with.
+    #[arg(long, env = "HOOKLINE_RETRY_TIERS", value_delimiter = ',',
+          value_parser = parse_tier, value_name = "NAME=DELAY")]
+    pub retry_tiers: Vec<(String, Duration)>,
+
+    /// Attempts (first one included) after which a failing delivery is dead-lettered.
+    #[arg(long, env = "HOOKLINE_MAX_ATTEMPTS", default_value_t = 15)]
+    pub max_attempts: u32,
+
+    /// Age (since the first attempt) past which no retry is scheduled.
+    #[arg(long, env = "HOOKLINE_MAX_AGE", default_value = "24h", value_parser = parse_duration)]
+    pub max_age: Duration,
+
+    /// Most random delay added to a retry's due time (it only ever delays).
+    #[arg(long, env = "HOOKLINE_RETRY_JITTER", default_value = "2s", value_parser = parse_duration)]
+    pub retry_jitter: Duration,
 }
 
 fn parse_cidr(s: &str) -> Result<Cidr, String> {
@@ -132,6 +152,7 @@ pub(crate) struct Settings {
     pub max_payload_bytes: usize,
     pub lanes: LaneLimits,
     pub shutdown_grace: Duration,
+    pub ladder: Ladder,
 }
 
 impl Config {
@@ -189,6 +210,7 @@ impl Config {
                 e.to_string(),
             )
         })?;
+        let ladder = ladder(d)?;
         let extra_roots = match &d.tls_extra_ca {
             None => Vec::new(),
             Some(path) => read_pem_certs(path)
@@ -211,8 +233,40 @@ impl Config {
             max_payload_bytes: d.max_payload_bytes,
             lanes,
             shutdown_grace: self.common.shutdown_grace,
+            ladder,
         })
     }
+}
+
+/// The retry ladder from `--retry-tiers`, `--max-attempts`, `--max-age` and
+/// `--retry-jitter`; an error names the flag to fix.
+fn ladder(d: &DispatcherArgs) -> Result<Ladder, DispatcherError> {
+    use hookline_core::LadderError as E;
+    let tiers: Vec<Tier> = if d.retry_tiers.is_empty() {
+        Ladder::default().tiers().to_vec()
+    } else {
+        d.retry_tiers
+            .iter()
+            .map(|(name, delay)| Tier::new(name.clone(), *delay))
+            .collect()
+    };
+    Ladder::new(tiers, d.max_attempts, d.max_age, d.retry_jitter).map_err(|e| {
+        let flag = match &e {
+            E::ZeroMaxAttempts => "--max-attempts / HOOKLINE_MAX_ATTEMPTS",
+            E::ZeroMaxAge
+            | E::TooLong {
+                what: "max_age", ..
+            } => "--max-age / HOOKLINE_MAX_AGE",
+            E::TooLong {
+                what: "max_jitter", ..
+            } => "--retry-jitter / HOOKLINE_RETRY_JITTER",
+            _ => "--retry-tiers / HOOKLINE_RETRY_TIERS",
+        };
+        DispatcherError::Config {
+            flag,
+            why: e.to_string(),
+        }
+    })
 }
 
 #[cfg(test)]
@@ -238,6 +292,34 @@ mod tests {
         assert!(!s.http.allow_http);
         assert!(s.http.egress.allowed_cidrs().is_empty());
         assert_eq!(s.http.request_timeout, Duration::from_secs(15));
+        assert_eq!(s.ladder, Ladder::default());
+    }
+
+    #[test]
+    fn the_ladder_comes_from_its_flags() {
+        let c = parse(&[
+            "--retry-tiers",
+            "fast=1s,slow=3s",
+            "--max-attempts",
+            "4",
+            "--max-age",
+            "1m",
+            "--retry-jitter",
+            "0s",
+        ])
+        .unwrap();
+        let l = c.settings().unwrap().ladder;
+        let tiers: Vec<(&str, u64)> = l
+            .tiers()
+            .iter()
+            .map(|t| (t.name.as_str(), t.delay.as_secs()))
+            .collect();
+        assert_eq!(tiers, [("fast", 1), ("slow", 3)]);
+        assert_eq!(l.max_attempts(), 4);
+        assert_eq!(l.max_age(), Duration::from_secs(60));
+        assert_eq!(l.max_jitter(), Duration::ZERO);
+        let err = parse(&["--retry-tiers", "fast"]).unwrap_err().to_string();
+        assert!(err.contains("--retry-tiers"), "{err}");
     }
 
     #[test]
@@ -265,6 +347,13 @@ mod tests {
             (&["--global-in-flight", "0"], "--global-in-flight"),
             (&["--retry-share-percent", "0"], "--retry-share-percent"),
             (&["--tls-extra-ca", "/nonexistent/ca.pem"], "--tls-extra-ca"),
+            (&["--max-attempts", "0"], "--max-attempts"),
+            (&["--max-age", "0s"], "--max-age"),
+            (&["--retry-jitter", "400d"], "--retry-jitter"),
+            (&["--retry-tiers", "a=10s,b=5s"], "--retry-tiers"),
+            (&["--retry-tiers", "a=10s,a=1m"], "--retry-tiers"),
+            (&["--retry-tiers", "a=0s"], "--retry-tiers"),
+            (&["--retry-tiers", "a/b=1s"], "--retry-tiers"),
         ];
         for (args, flag) in cases {
             let err = parse(args).unwrap().settings().unwrap_err().to_string();

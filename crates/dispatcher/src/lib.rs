@@ -1,6 +1,7 @@
 //! The dispatcher stage (DESIGN §4): consumes `deliveries`, looks each
 //! subscription up at attempt time, signs (Standard Webhooks) and POSTs behind
-//! the egress policy, and writes failures to the first retry tier or the DLQ —
+//! the egress policy, and writes failures to the retry tier the ladder picks or
+//! to the DLQ —
 //! finishing a record's offset only once its outcome is durable, so a crash
 //! re-attempts (same `webhook-id`) and never loses a delivery.
 
@@ -77,7 +78,13 @@ pub enum DispatcherError {
 /// attempts finish within the request timeout, offsets are committed.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DispatcherError> {
     let settings = config.settings()?;
-    let topics = Topics::with_prefix(&config.common.topic_prefix)?;
+    let tier_names: Vec<&str> = settings
+        .ladder
+        .tiers()
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    let topics = Topics::new(&config.common.topic_prefix, &tier_names)?;
     let secrets =
         SecretStore::load(&settings.secrets_dir).map_err(|source| DispatcherError::Secrets {
             path: settings.secrets_dir.clone(),
@@ -109,15 +116,9 @@ async fn run_stage(
     ops: &Ops,
     shutdown: &CancellationToken,
 ) -> Result<(), DispatcherError> {
-    let first_tier = topics
-        .retries()
-        .next()
-        .map(|(_, topic)| topic.to_owned())
-        .ok_or(DispatcherError::Config {
-            flag: "--topic-prefix",
-            why: "the topic set has no retry tier".into(),
-        })?;
-    let needed = [topics.deliveries(), first_tier.as_str(), topics.dlq()];
+    let mut needed = vec![topics.deliveries()];
+    needed.extend(topics.retries().map(|(_, topic)| topic));
+    needed.push(topics.dlq());
     if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
         return Ok(());
     }
@@ -199,11 +200,10 @@ async fn dispatch(
         secrets,
         producer: producer.clone(),
         topics,
-        retry_policy: outcome::RetryPolicy::FirstTier {
-            delay: outcome::INTERIM_RETRY_DELAY,
-        },
+        retry_policy: outcome::RetryPolicy::new(settings.ladder.clone()),
         max_payload_bytes: settings.max_payload_bytes,
     });
+    let ctx_version = ctx.retry_policy.version().to_owned();
     let engine = engine::Engine::new(
         engine::Parts {
             inputs,
@@ -219,7 +219,7 @@ async fn dispatch(
     )?;
     let poller = consumer::Poller::spawn(consumer, events_tx).map_err(DispatcherError::Thread)?;
     ops.health.set_ready(STAGE, Ok(()));
-    tracing::info!(group = %settings.group_id, "dispatching");
+    tracing::info!(group = %settings.group_id, policy_version = ctx_version, "dispatching");
     engine.run(shutdown.clone()).await;
     poller.stop().await;
     // Follow-ups are awaited before offsets finish; this only flushes stragglers.

@@ -1,28 +1,56 @@
-//! What follows an attempt, decided purely from the delivery, its classification
-//! and `now`: nothing (delivered), a retry record for a tier topic, or a dead
-//! letter. The source record is finished only after the follow-up is durable.
-//!
-//! Until the retry ladder (issue #5) plugs in here, every retry goes to the first
-//! tier with `due_at = now + INTERIM_RETRY_DELAY`; the ladder replaces
-//! [`RetryPolicy::FirstTier`] with `Ladder::decide` (tier choice, `Retry-After`,
-//! exhaustion) without the engine changing.
+//! What follows an attempt, decided purely from the delivery, its classification,
+//! `now` and a jitter draw: nothing (delivered), a retry record for the tier the
+//! ladder picks (`Retry-After` honoured, never due earlier than the ladder step),
+//! or a dead letter — rejected, or exhausted by `max_attempts` / `max_age`. The
+//! source record is finished only after the follow-up is durable (attempt.rs).
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hookline_core::{Classification, Verdict};
+use hookline_core::{Classification, Ladder, RetryDecision, Verdict};
 use hookline_envelope::{bounded_detail, DeadLetter, Delivery};
 
-/// Delay of the first retry tier until the ladder decides it.
-pub(crate) const INTERIM_RETRY_DELAY: Duration = Duration::from_secs(10);
+/// The dead-letter reason of a delivery the ladder gave up on; which bound
+/// (`max_attempts`, `max_age`) starts its `detail`.
+pub(crate) const EXHAUSTED: &str = "exhausted";
 
-/// Written to `policy_version` of retries and dead letters this engine decides.
-pub(crate) const POLICY_VERSION: &str = "dispatcher-v1-first-tier";
+/// How retries are scheduled: the ladder, and the version string stamped on every
+/// retry and dead letter it decides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RetryPolicy {
+    ladder: Ladder,
+    version: String,
+}
 
-/// How retries are scheduled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RetryPolicy {
-    /// Every retry to tier 0 after a fixed delay.
-    FirstTier { delay: Duration },
+impl RetryPolicy {
+    pub(crate) fn new(ladder: Ladder) -> Self {
+        let version = policy_version(&ladder);
+        Self { ladder, version }
+    }
+
+    pub(crate) fn version(&self) -> &str {
+        &self.version
+    }
+}
+
+/// `ladder-` and 8 hex digits of a hash of the ladder's configuration (tier names
+/// and delays, max attempts, max age, jitter): equal ladders give equal versions on
+/// every replica and every release, so a dead letter says which policy decided it.
+pub(crate) fn policy_version(ladder: &Ladder) -> String {
+    let mut canonical = String::new();
+    for t in ladder.tiers() {
+        canonical.push_str(&format!("{}={}ms,", t.name, t.delay.as_millis()));
+    }
+    canonical.push_str(&format!(
+        "max_attempts={};max_age={}ms;jitter={}ms",
+        ladder.max_attempts(),
+        ladder.max_age().as_millis(),
+        ladder.max_jitter().as_millis()
+    ));
+    // FNV-1a 64: stable across Rust versions, unlike `DefaultHasher`.
+    let hash = canonical.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("ladder-{:08x}", hash >> 32)
 }
 
 /// The follow-up of one attempt.
@@ -48,31 +76,65 @@ pub(crate) struct AttemptFacts<'a> {
     pub detail: Option<&'a str>,
 }
 
-/// Decides the follow-up of an attempt on `delivery`.
-pub(crate) fn plan(delivery: &Delivery, facts: &AttemptFacts<'_>, policy: RetryPolicy) -> FollowUp {
+/// Decides the follow-up of an attempt on `delivery`; `jitter_unit` in [0, 1]
+/// picks the retry's jitter (see `Ladder::decide`).
+pub(crate) fn plan(
+    delivery: &Delivery,
+    facts: &AttemptFacts<'_>,
+    policy: &RetryPolicy,
+    jitter_unit: f64,
+) -> FollowUp {
     let c = &facts.classification;
     let attempted = after_attempt(delivery, facts);
-    match c.verdict {
-        Verdict::Delivered => FollowUp::Done,
-        Verdict::Retry { retry_after: _ } => match policy {
-            RetryPolicy::FirstTier { delay } => {
-                let mut record = attempted;
-                record.due_at = facts.now_ms.saturating_add(millis(delay));
-                record.policy_version = Some(POLICY_VERSION.to_owned());
-                FollowUp::Retry {
-                    tier: 0,
-                    record: Box::new(record),
-                }
-            }
-        },
-        Verdict::Rejected { reason } => FollowUp::Dead(Box::new(DeadLetter {
-            delivery: attempted,
-            reason: reason.as_str().to_owned(),
+    let dead = |delivery: Delivery, reason: &str, detail: Option<String>| {
+        FollowUp::Dead(Box::new(DeadLetter {
+            delivery,
+            reason: reason.to_owned(),
             last_status: c.status.map(i32::from),
             dead_at: facts.now_ms,
-            policy_version: POLICY_VERSION.to_owned(),
-            detail: facts.detail.map(bounded_detail),
-        })),
+            policy_version: policy.version.clone(),
+            detail: detail.as_deref().map(bounded_detail),
+        }))
+    };
+    match c.verdict {
+        Verdict::Delivered => FollowUp::Done,
+        Verdict::Retry { retry_after } => {
+            let first = attempted.first_attempt_at.unwrap_or(facts.started_ms);
+            let decision = policy.ladder.decide(
+                u32::try_from(attempted.attempt).unwrap_or(0),
+                at(first),
+                at(facts.now_ms),
+                retry_after,
+                jitter_unit,
+            );
+            match decision {
+                RetryDecision::Retry { tier, due_at } => {
+                    let mut record = attempted;
+                    record.due_at = millis(due_at);
+                    record.policy_version = Some(policy.version.clone());
+                    FollowUp::Retry {
+                        tier,
+                        record: Box::new(record),
+                    }
+                }
+                RetryDecision::Exhausted { reason } => {
+                    let mut detail = format!(
+                        "{}: {} attempts, the first at {first} ms, last outcome {}",
+                        reason.as_str(),
+                        attempted.attempt,
+                        c.outcome
+                    );
+                    if let Some(d) = facts.detail {
+                        detail.push_str(": ");
+                        detail.push_str(d);
+                    }
+                    dead(attempted, EXHAUSTED, Some(detail))
+                }
+            }
+        }
+        Verdict::Rejected { reason } => {
+            dead(attempted, reason.as_str(), facts.detail.map(str::to_owned))
+        }
     }
 }
 
@@ -86,15 +148,18 @@ fn after_attempt(delivery: &Delivery, facts: &AttemptFacts<'_>) -> Delivery {
     next
 }
 
-fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+fn at(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0).unsigned_abs())
+}
+
+fn millis(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
 mod tests {
-    use std::time::{Duration, SystemTime};
-
-    use hookline_core::{classify, AttemptResult, FailureKind};
+    use hookline_core::{classify, AttemptResult, FailureKind, Tier};
 
     use super::*;
 
@@ -120,18 +185,23 @@ mod tests {
         }
     }
 
+    const STARTED: i64 = 1_700_000_000_000;
+    const NOW: i64 = STARTED + 250;
+
     fn facts(result: AttemptResult) -> AttemptFacts<'static> {
         AttemptFacts {
-            classification: classify(&result, SystemTime::UNIX_EPOCH),
-            started_ms: 10_000,
-            now_ms: 10_250,
+            classification: classify(&result, at(NOW)),
+            started_ms: STARTED,
+            now_ms: NOW,
             detail: Some("detail"),
         }
     }
 
-    const POLICY: RetryPolicy = RetryPolicy::FirstTier {
-        delay: Duration::from_secs(10),
-    };
+    /// The default ladder without jitter: 10 s, 1 m, 15 m, 2 h; 15 attempts; 24 h.
+    fn policy() -> RetryPolicy {
+        let d = Ladder::default();
+        RetryPolicy::new(Ladder::new(d.tiers().to_vec(), 15, d.max_age(), Duration::ZERO).unwrap())
+    }
 
     fn status(code: u16) -> AttemptResult {
         AttemptResult::Response {
@@ -140,16 +210,23 @@ mod tests {
         }
     }
 
+    fn retry_after(code: u16, value: &str) -> AttemptResult {
+        AttemptResult::Response {
+            status: code,
+            retry_after: Some(value.to_owned()),
+        }
+    }
+
     #[test]
     fn delivered_needs_nothing_more() {
         assert_eq!(
-            plan(&delivery(), &facts(status(204)), POLICY),
+            plan(&delivery(), &facts(status(204)), &policy(), 0.0),
             FollowUp::Done
         );
     }
 
     #[test]
-    fn retry_goes_to_the_first_tier_with_the_attempt_recorded() {
+    fn a_first_failure_goes_to_the_first_tier_with_the_attempt_recorded() {
         let cases = [
             (status(503), "http_503"),
             (status(429), "http_429"),
@@ -159,18 +236,63 @@ mod tests {
                 "missing_secret",
             ),
         ];
+        let p = policy();
         for (result, outcome) in cases {
-            let FollowUp::Retry { tier, record } = plan(&delivery(), &facts(result), POLICY) else {
+            let FollowUp::Retry { tier, record } = plan(&delivery(), &facts(result), &p, 0.0)
+            else {
                 panic!("{outcome}: expected a retry");
             };
             assert_eq!(tier, 0);
             assert_eq!(record.attempt, 1);
-            assert_eq!(record.first_attempt_at, Some(10_000));
-            assert_eq!(record.last_attempt_at, Some(10_000));
+            assert_eq!(record.first_attempt_at, Some(STARTED));
+            assert_eq!(record.last_attempt_at, Some(STARTED));
             assert_eq!(record.last_outcome.as_deref(), Some(outcome));
-            assert_eq!(record.due_at, 20_250, "now + 10 s");
+            assert_eq!(record.due_at, NOW + 10_000, "now + 10 s");
+            assert_eq!(record.policy_version.as_deref(), Some(p.version()));
             assert_eq!(record.delivery_id, "msg_1", "the id never changes");
             assert_eq!(record.payload, b"{}");
+        }
+    }
+
+    #[test]
+    fn tier_follows_the_attempt_count_and_retry_after() {
+        // (attempts already made, result, tier, delay in s)
+        let cases: &[(i32, AttemptResult, usize, i64)] = &[
+            (1, status(500), 1, 60),
+            (2, status(500), 2, 900),
+            (3, status(500), 3, 7200),
+            (9, status(500), 3, 7200),
+            (0, retry_after(429, "5"), 0, 10),
+            (0, retry_after(429, "30"), 1, 60),
+            (0, retry_after(503, "600"), 2, 900),
+            (1, retry_after(429, "3"), 1, 60),
+            (0, retry_after(429, "86400"), 3, 7200),
+        ];
+        for (made, result, tier, delay) in cases {
+            let mut d = delivery();
+            d.attempt = *made;
+            d.first_attempt_at = (*made > 0).then_some(STARTED - 1_000);
+            let FollowUp::Retry { tier: got, record } =
+                plan(&d, &facts(result.clone()), &policy(), 0.0)
+            else {
+                panic!("{made} {result:?}: expected a retry");
+            };
+            assert_eq!(got, *tier, "{made} {result:?}");
+            assert_eq!(record.due_at, NOW + delay * 1000, "{made} {result:?}");
+            assert_eq!(record.attempt, made + 1);
+        }
+    }
+
+    #[test]
+    fn jitter_only_delays_and_is_bounded() {
+        let d = Ladder::default();
+        let p = RetryPolicy::new(d.clone());
+        for (unit, extra) in [(0.0, 0), (0.5, 1_000), (1.0, 2_000)] {
+            let FollowUp::Retry { record, .. } = plan(&delivery(), &facts(status(503)), &p, unit)
+            else {
+                panic!("expected a retry");
+            };
+            assert_eq!(record.due_at, NOW + 10_000 + extra, "unit {unit}");
         }
     }
 
@@ -178,13 +300,42 @@ mod tests {
     fn a_later_attempt_keeps_its_first_attempt_time() {
         let mut d = delivery();
         d.attempt = 3;
-        d.first_attempt_at = Some(5_000);
-        let FollowUp::Retry { record, .. } = plan(&d, &facts(status(500)), POLICY) else {
+        d.first_attempt_at = Some(STARTED - 5_000);
+        let FollowUp::Retry { record, .. } = plan(&d, &facts(status(500)), &policy(), 0.0) else {
             panic!("expected a retry");
         };
         assert_eq!(record.attempt, 4);
-        assert_eq!(record.first_attempt_at, Some(5_000));
-        assert_eq!(record.last_attempt_at, Some(10_000));
+        assert_eq!(record.first_attempt_at, Some(STARTED - 5_000));
+        assert_eq!(record.last_attempt_at, Some(STARTED));
+    }
+
+    #[test]
+    fn exhausted_deliveries_are_dead_letters_with_every_field() {
+        let tiers = vec![Tier::new("a", Duration::from_secs(1))];
+        let p = RetryPolicy::new(
+            Ladder::new(tiers, 3, Duration::from_secs(60), Duration::ZERO).unwrap(),
+        );
+        // (attempts already made, first attempt ms before STARTED, sub-reason)
+        let cases = [(2, 10_000, "max_attempts"), (1, 59_500, "max_age")];
+        for (made, age, sub) in cases {
+            let mut d = delivery();
+            d.attempt = made;
+            d.first_attempt_at = Some(STARTED - age);
+            let FollowUp::Dead(dl) = plan(&d, &facts(status(503)), &p, 0.0) else {
+                panic!("{sub}: expected a dead letter");
+            };
+            assert_eq!(dl.reason, EXHAUSTED);
+            assert_eq!(dl.last_status, Some(503));
+            assert_eq!(dl.dead_at, NOW);
+            assert_eq!(dl.policy_version, p.version());
+            assert_eq!(dl.delivery.attempt, made + 1);
+            assert_eq!(dl.delivery.first_attempt_at, Some(STARTED - age));
+            assert_eq!(dl.delivery.last_attempt_at, Some(STARTED));
+            assert_eq!(dl.delivery.last_outcome.as_deref(), Some("http_503"));
+            let detail = dl.detail.unwrap();
+            assert!(detail.starts_with(&format!("{sub}: ")), "{detail}");
+            assert!(detail.ends_with("http_503: detail"), "{detail}");
+        }
     }
 
     #[test]
@@ -203,16 +354,39 @@ mod tests {
                 None,
             ),
         ];
+        let p = policy();
         for (result, reason, last_status) in cases {
-            let FollowUp::Dead(dl) = plan(&delivery(), &facts(result), POLICY) else {
+            let FollowUp::Dead(dl) = plan(&delivery(), &facts(result), &p, 0.0) else {
                 panic!("{reason}: expected a dead letter");
             };
             assert_eq!(dl.reason, reason);
             assert_eq!(dl.last_status, last_status);
-            assert_eq!(dl.dead_at, 10_250);
+            assert_eq!(dl.dead_at, NOW);
             assert_eq!(dl.delivery.attempt, 1);
             assert_eq!(dl.detail.as_deref(), Some("detail"));
-            assert_eq!(dl.policy_version, POLICY_VERSION);
+            assert_eq!(dl.policy_version, p.version());
+        }
+    }
+
+    #[test]
+    fn the_policy_version_names_the_ladder() {
+        let a = policy_version(&Ladder::default());
+        assert_eq!(a, policy_version(&Ladder::default()), "deterministic");
+        assert!(a.starts_with("ladder-") && a.len() == 15, "{a}");
+        let d = Ladder::default();
+        let other = [
+            Ladder::new(d.tiers().to_vec(), 14, d.max_age(), d.max_jitter()).unwrap(),
+            Ladder::new(
+                d.tiers().to_vec(),
+                15,
+                Duration::from_secs(3600),
+                d.max_jitter(),
+            )
+            .unwrap(),
+            Ladder::new(d.tiers()[..3].to_vec(), 15, d.max_age(), d.max_jitter()).unwrap(),
+        ];
+        for l in other {
+            assert_ne!(policy_version(&l), a, "{l:?}");
         }
     }
 }
