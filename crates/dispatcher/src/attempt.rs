@@ -86,18 +86,27 @@ pub(crate) async fn run(
     };
     let follow_up = plan(&delivery, &facts, &ctx.retry_policy, rand::random::<f64>());
     log_outcome(&delivery, &facts);
-    let (topic, value) = match &follow_up {
+    let (topic, value, tier) = match &follow_up {
         FollowUp::Done => return Finished::Durable,
         FollowUp::Retry { tier, record } => {
-            let Some((_, topic)) = ctx.topics.retries().nth(*tier) else {
+            let Some((name, topic)) = ctx.topics.retries().nth(*tier) else {
                 tracing::error!(tier, "no such retry tier; leaving the record unfinished");
                 return Finished::Abandoned;
             };
-            (topic.to_owned(), encode(record.as_ref()))
+            (topic.to_owned(), encode(record.as_ref()), Some(name))
         }
-        FollowUp::Dead(dead) => (ctx.topics.dlq().to_owned(), encode(dead.as_ref())),
+        FollowUp::Dead(dead) => (ctx.topics.dlq().to_owned(), encode(dead.as_ref()), None),
     };
-    produce_until_durable(&ctx.producer, &topic, &delivery.tenant_id, &value, &cancel).await
+    let finished =
+        produce_until_durable(&ctx.producer, &topic, &delivery.tenant_id, &value, &cancel).await;
+    if finished == Finished::Durable {
+        match (&follow_up, tier) {
+            (FollowUp::Dead(dead), _) => metrics::dead_letter(&dead.reason),
+            (_, Some(tier)) => metrics::retry_written(tier),
+            _ => {}
+        }
+    }
+    finished
 }
 
 /// Signs and POSTs; returns the result and a short detail for a dead letter.

@@ -6,10 +6,18 @@
 //! attempts finish, stores and commits the watermark, and confirms; only then does
 //! the callback return and librdkafka hand the partitions over. Because polling
 //! happens on this thread, the callback can block without stalling the engine.
+//!
+//! Rewinds (pause-until-due) are carried out here too, between two polls: pause,
+//! seek back, then a [`FromKafka::Rewound`] marker into the same channel. So every
+//! message of that partition the engine receives before the marker was fetched
+//! before the seek (stale: drop it), and every one after it was fetched after the
+//! seek (librdkafka's synchronous seek purges what was prefetched). A rewind asked
+//! for before a rebalance the engine had not yet seen is refused, never applied to
+//! a partition that was reassigned meanwhile (it could skip unfinished records).
 
 use std::{
     sync::{
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
         mpsc as sync_mpsc, Arc,
     },
     thread::JoinHandle,
@@ -17,10 +25,10 @@ use std::{
 };
 
 use rdkafka::{
-    consumer::{BaseConsumer, ConsumerContext, Rebalance},
+    consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance},
     error::KafkaError,
     message::OwnedMessage,
-    ClientContext, TopicPartitionList,
+    ClientContext, Offset, TopicPartitionList,
 };
 use tokio::sync::mpsc;
 
@@ -31,11 +39,32 @@ pub(crate) type TopicPartition = (String, i32);
 #[derive(Debug)]
 pub(crate) enum FromKafka {
     Message(OwnedMessage),
-    Assigned(Vec<TopicPartition>),
+    /// Newly assigned partitions, and the rebalance epoch they start.
+    Assigned(Vec<TopicPartition>, u64),
     /// The engine must confirm on the sender once the partitions are drained
-    /// and committed.
-    Revoked(Vec<TopicPartition>, sync_mpsc::SyncSender<()>),
+    /// and committed; the rebalance epoch they end.
+    Revoked(Vec<TopicPartition>, sync_mpsc::SyncSender<()>, u64),
+    /// A [`Command::Rewind`] was carried out (`done`), or refused (`!done`: a
+    /// rebalance came between, or the seek failed; the engine may ask again).
+    Rewound {
+        partition: TopicPartition,
+        generation: u64,
+        done: bool,
+    },
     Error(KafkaError),
+}
+
+/// What the engine asks of the polling thread.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Pause the partition and seek it back to `offset`, if no rebalance happened
+    /// since `epoch`; answer with [`FromKafka::Rewound`].
+    Rewind {
+        partition: TopicPartition,
+        offset: i64,
+        generation: u64,
+        epoch: u64,
+    },
 }
 
 /// The consumer context: logs through `tracing` and forwards rebalances.
@@ -44,6 +73,8 @@ pub(crate) struct DispatchContext {
     events: mpsc::Sender<FromKafka>,
     /// How long a revoke waits for the engine's confirmation.
     revoke_wait: Duration,
+    /// Bumped on every assign and revoke, before the engine hears of it.
+    epoch: AtomicU64,
 }
 
 impl DispatchContext {
@@ -51,7 +82,12 @@ impl DispatchContext {
         Self {
             events,
             revoke_wait,
+            epoch: AtomicU64::new(0),
         }
+    }
+
+    fn next_epoch(&self) -> u64 {
+        self.epoch.fetch_add(1, Ordering::SeqCst) + 1
     }
 }
 
@@ -75,10 +111,11 @@ impl ConsumerContext for DispatchContext {
                 let parts = elements(tpl);
                 tracing::info!(partitions = ?parts, "partitions revoked; draining them");
                 let (confirm, confirmed) = sync_mpsc::sync_channel(1);
+                let epoch = self.next_epoch();
                 // A closed channel means the engine is gone and has committed.
                 if self
                     .events
-                    .blocking_send(FromKafka::Revoked(parts, confirm))
+                    .blocking_send(FromKafka::Revoked(parts, confirm, epoch))
                     .is_ok()
                     && confirmed.recv_timeout(self.revoke_wait).is_err()
                 {
@@ -94,7 +131,8 @@ impl ConsumerContext for DispatchContext {
         if let Rebalance::Assign(tpl) = rebalance {
             let parts = elements(tpl);
             tracing::info!(partitions = ?parts, "partitions assigned");
-            let _ = self.events.blocking_send(FromKafka::Assigned(parts));
+            let epoch = self.next_epoch();
+            let _ = self.events.blocking_send(FromKafka::Assigned(parts, epoch));
         }
     }
 }
@@ -107,6 +145,8 @@ pub(crate) struct Poller {
 }
 
 const POLL: Duration = Duration::from_millis(100);
+/// How long a rewind's seek may take before it is reported as refused.
+const SEEK_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Poller {
     /// Polls `consumer` until stopped. The thread holds the consumer last, so its
@@ -114,13 +154,20 @@ impl Poller {
     pub(crate) fn spawn(
         consumer: Arc<BaseConsumer<DispatchContext>>,
         events: mpsc::Sender<FromKafka>,
+        commands: sync_mpsc::Receiver<Command>,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("dispatcher-poll".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
+                'polling: while !flag.load(Ordering::Relaxed) {
+                    while let Ok(command) = commands.try_recv() {
+                        let answer = execute(&consumer, command);
+                        if events.blocking_send(answer).is_err() {
+                            break 'polling;
+                        }
+                    }
                     let event = match consumer.poll(POLL) {
                         None => continue,
                         Some(Ok(msg)) => FromKafka::Message(msg.detach()),
@@ -128,7 +175,7 @@ impl Poller {
                         Some(Err(e)) => FromKafka::Error(e),
                     };
                     if events.blocking_send(event).is_err() {
-                        break;
+                        break 'polling;
                     }
                 }
                 drop(events);
@@ -146,6 +193,46 @@ impl Poller {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(thread) = self.thread.take() {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+}
+
+/// Carries out one command on the polling thread, between two polls.
+fn execute(consumer: &BaseConsumer<DispatchContext>, command: Command) -> FromKafka {
+    let Command::Rewind {
+        partition,
+        offset,
+        generation,
+        epoch,
+    } = command;
+    let current = consumer.context().epoch.load(Ordering::SeqCst);
+    let done = current == epoch && rewind(consumer, &partition, offset);
+    FromKafka::Rewound {
+        partition,
+        generation,
+        done,
+    }
+}
+
+/// Pause first, then seek: librdkafka's pause saves the application position as
+/// the resume point, and the seek that follows overrides it (the reverse order
+/// lost the seek before librdkafka 1.9).
+fn rewind(
+    consumer: &BaseConsumer<DispatchContext>,
+    (topic, partition): &TopicPartition,
+    offset: i64,
+) -> bool {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(topic, *partition);
+    if let Err(error) = consumer.pause(&tpl) {
+        tracing::warn!(%topic, partition, %error, "cannot pause a partition to wait for its due time");
+        return false;
+    }
+    match consumer.seek(topic, *partition, Offset::Offset(offset), SEEK_TIMEOUT) {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(%topic, partition, offset, %error, "cannot seek back to a record not yet due");
+            false
         }
     }
 }

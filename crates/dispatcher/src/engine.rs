@@ -11,9 +11,15 @@
 //!   attempts get the request timeout to finish, then the watermark is stored and
 //!   committed; whatever did not finish stays unfinished and is re-attempted.
 //!
-//! Retry tiers (issue #5) plug in at [`Input`]: a tier input is consumed like
-//! `deliveries`, with `retry = true` so it draws on the retry share; its
-//! pause-until-due gate belongs in [`Engine::on_message`] before the push.
+//! - never early: a retry-tier record is pushed only once `now ≥ due_at`. When a
+//!   tier partition's head is not due, its offset is forgotten by the watermark,
+//!   the poller pauses the partition and seeks back to it, and a [`DueTimers`]
+//!   entry resumes it at the due time (one timer arm in the loop, not a task per
+//!   partition; the poller keeps polling, so the group session stays alive).
+//!   Records of that partition fetched before the seek are dropped until the
+//!   poller's `Rewound` marker, and refetched after the resume. A partition is
+//!   resumed only when neither backpressure, a rewind nor a timer holds it, and
+//!   always on (re)assignment.
 
 use std::{
     collections::HashMap,
@@ -21,7 +27,9 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use hookline_core::{Flow, Job, LaneKey, LaneLimits, Lanes, Started};
+use hookline_core::{
+    head_decision, DueTimers, Flow, HeadDecision, Job, LaneKey, LaneLimits, Lanes, Started,
+};
 use hookline_envelope::{decode, Delivery};
 use hookline_runtime::{health::Health, subscriptions::Subscriptions};
 use rdkafka::{
@@ -37,7 +45,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     attempt::{self, AttemptContext, Finished, Target},
-    consumer::{DispatchContext, FromKafka, TopicPartition},
+    consumer::{Command, DispatchContext, FromKafka, TopicPartition},
     metrics,
     offsets::{self, Offsets},
     DispatcherError,
@@ -49,6 +57,9 @@ const TICK: Duration = Duration::from_millis(200);
 const GAUGE_TICKS: u32 = 5;
 /// Time for a follow-up produce after the request timeout, when draining.
 const DRAIN_SLACK: Duration = Duration::from_secs(5);
+/// Added to a due time before sleeping on it, so the wall clock has surely passed
+/// it when the refetched head is checked (the sleep runs on the monotonic clock).
+const WAKE_SLACK: Duration = Duration::from_millis(2);
 
 /// One consumed topic.
 #[derive(Debug, Clone)]
@@ -68,6 +79,13 @@ pub(crate) struct Part {
 }
 
 type Key = (Part, i64);
+
+/// A rewind in progress: the poller has been asked to pause and seek back to `offset`.
+#[derive(Debug, Clone, Copy)]
+struct Rewind {
+    generation: u64,
+    offset: i64,
+}
 
 /// A buffered record not yet started.
 #[derive(Debug)]
@@ -100,6 +118,16 @@ pub(crate) struct Engine {
     task_keys: HashMap<Id, Key>,
     /// Paused by us for backpressure.
     paused: std::collections::BTreeSet<Part>,
+    /// Tier partitions paused until their head is due.
+    timers: DueTimers<Part>,
+    /// Partitions being rewound: their messages are stale until `Rewound`.
+    rewinding: HashMap<Part, Rewind>,
+    /// Rewinds the poller refused while the partition stayed ours: asked again.
+    rewind_again: Vec<Part>,
+    generation: u64,
+    /// The rebalance epoch as last reported by the consumer.
+    epoch: u64,
+    commands: std::sync::mpsc::Sender<Command>,
     ticks: u32,
 }
 
@@ -123,6 +151,7 @@ pub(crate) struct Parts {
     pub health: Health,
     pub request_timeout: Duration,
     pub shutdown_grace: Duration,
+    pub commands: std::sync::mpsc::Sender<Command>,
 }
 
 impl Engine {
@@ -143,6 +172,12 @@ impl Engine {
             tasks: JoinSet::new(),
             task_keys: HashMap::new(),
             paused: Default::default(),
+            timers: DueTimers::new(),
+            rewinding: HashMap::new(),
+            rewind_again: Vec::new(),
+            generation: 0,
+            epoch: 0,
+            commands: p.commands,
             ticks: 0,
         })
     }
@@ -153,9 +188,14 @@ impl Engine {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.start_ready();
+            let wakeup = self.timers.next_wakeup().map(|at| {
+                let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+                tokio::time::Instant::now() + wait + WAKE_SLACK
+            });
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
+                _ = sleep_until_some(wakeup), if wakeup.is_some() => self.on_due(),
                 Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => self.on_done(done),
                 event = self.events.recv() => match event {
                     Some(event) => self.on_event(event).await,
@@ -170,24 +210,36 @@ impl Engine {
     async fn on_event(&mut self, event: FromKafka) {
         match event {
             FromKafka::Message(msg) => self.on_message(msg),
-            FromKafka::Assigned(parts) => {
+            FromKafka::Assigned(parts, epoch) => {
+                self.epoch = epoch;
                 let mut tpl = TopicPartitionList::new();
                 for (topic, partition) in parts {
                     if let Some(part) = self.part(&topic, partition) {
                         self.offsets.assign(part);
                         self.paused.remove(&part);
+                        self.timers.cancel(&part);
+                        self.rewinding.remove(&part);
                         tpl.add_partition(&topic, partition);
                     }
                 }
-                // librdkafka keeps a partition's pause flag across rebalances.
+                // librdkafka keeps a partition's pause flag across rebalances: a
+                // partition paused until due by its previous owner (or by us before
+                // a revoke) would otherwise never be fetched again. Its head is
+                // checked afresh when it arrives.
                 if let Err(error) = self.consumer.resume(&tpl) {
                     tracing::debug!(%error, "resume after assignment");
                 }
             }
-            FromKafka::Revoked(parts, confirm) => {
+            FromKafka::Revoked(parts, confirm, epoch) => {
+                self.epoch = epoch;
                 self.revoke(&parts).await;
                 let _ = confirm.send(());
             }
+            FromKafka::Rewound {
+                partition: (topic, partition),
+                generation,
+                done,
+            } => self.on_rewound(&topic, partition, generation, done),
             FromKafka::Error(error) => tracing::warn!(%error, "consumer error"),
         }
     }
@@ -210,6 +262,10 @@ impl Engine {
             return;
         };
         let offset = msg.offset();
+        if self.rewinding.contains_key(&part) {
+            // Fetched before the seek back to a head not yet due; refetched later.
+            return;
+        }
         if let Err(error) = self.offsets.track(part, offset) {
             tracing::warn!(topic = msg.topic(), partition = part.partition, offset, %error, "skipping a record already tracked");
             return;
@@ -223,8 +279,14 @@ impl Engine {
                 return;
             }
         };
-        // Hook for the retry ladder (#5): a tier record not yet due pauses the
-        // partition here, seeks back to `offset` and is not pushed.
+        let input = &self.inputs[usize::from(part.input)];
+        if input.retry {
+            let due_at = UNIX_EPOCH + Duration::from_millis(delivery.due_at.max(0).unsigned_abs());
+            if let HeadDecision::Wait { until } = head_decision(due_at, SystemTime::now()) {
+                self.wait_until_due(part, offset, until);
+                return;
+            }
+        }
         let max_in_flight = self
             .subs
             .get(&delivery.subscription_id)
@@ -263,6 +325,79 @@ impl Engine {
         }
     }
 
+    /// The head of tier partition `part` at `offset` is due at `until`: forget it
+    /// and what follows, have the poller pause and seek back, resume at `until`.
+    fn wait_until_due(&mut self, part: Part, offset: i64, until: SystemTime) {
+        self.offsets.reset_to(part, offset);
+        self.generation += 1;
+        self.rewinding.insert(
+            part,
+            Rewind {
+                generation: self.generation,
+                offset,
+            },
+        );
+        self.timers.pause(part, until);
+        tracing::debug!(
+            ?part,
+            offset,
+            "head not due; pausing the partition until it is"
+        );
+        self.ask_rewind(part);
+    }
+
+    fn ask_rewind(&mut self, part: Part) {
+        let Some(rewind) = self.rewinding.get(&part).copied() else {
+            return;
+        };
+        let command = Command::Rewind {
+            partition: (self.topic_of(part), part.partition),
+            offset: rewind.offset,
+            generation: rewind.generation,
+            epoch: self.epoch,
+        };
+        if self.commands.send(command).is_err() {
+            tracing::debug!(?part, "poller gone; not rewinding");
+        }
+    }
+
+    fn on_rewound(&mut self, topic: &str, partition: i32, generation: u64, done: bool) {
+        let Some(part) = self.part(topic, partition) else {
+            return;
+        };
+        if self.rewinding.get(&part).map(|r| r.generation) != Some(generation) {
+            return; // superseded by a rebalance
+        }
+        if done {
+            self.rewinding.remove(&part);
+            self.maybe_resume(part);
+        } else if self.offsets.is_assigned(part) {
+            self.rewind_again.push(part);
+        } else {
+            self.rewinding.remove(&part);
+            self.timers.cancel(&part);
+        }
+    }
+
+    /// Resumes the tier partitions whose head is due now.
+    fn on_due(&mut self) {
+        for part in self.timers.due(SystemTime::now()) {
+            self.maybe_resume(part);
+        }
+    }
+
+    /// Resumes `part` unless backpressure, a rewind or a due timer still holds it.
+    fn maybe_resume(&mut self, part: Part) {
+        if self.paused.contains(&part)
+            || self.rewinding.contains_key(&part)
+            || self.timers.is_paused(&part)
+            || !self.offsets.is_assigned(part)
+        {
+            return;
+        }
+        self.set_paused(part, false);
+    }
+
     fn set_paused(&self, part: Part, pause: bool) {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&self.topic_of(part), part.partition);
@@ -288,6 +423,13 @@ impl Engine {
                 continue;
             };
             let d = held.delivery;
+            let input = &self.inputs[usize::from(key.0.input)];
+            if input.retry {
+                let late = SystemTime::now()
+                    .duration_since(held.ready_since)
+                    .unwrap_or_default();
+                metrics::retry_lateness(input.label, late);
+            }
             // The subscription as it is now: deleted or disabled means cancelled.
             let target = self.subs.get(&d.subscription_id).and_then(|s| {
                 (s.record.enabled && s.record.tenant_id == d.tenant_id).then(|| Target {
@@ -361,8 +503,11 @@ impl Engine {
         );
         for part in self.lanes.take_resumable() {
             if self.paused.remove(&part) {
-                self.set_paused(part, false);
+                self.maybe_resume(part);
             }
+        }
+        for part in std::mem::take(&mut self.rewind_again) {
+            self.ask_rewind(part);
         }
         self.ticks += 1;
         if self.ticks % GAUGE_TICKS == 0 {
@@ -372,22 +517,54 @@ impl Engine {
 
     fn gauges(&self) {
         let now = SystemTime::now();
-        let mut oldest: Vec<Option<SystemTime>> = vec![None; self.inputs.len()];
+        let n = self.inputs.len();
+        let mut oldest: Vec<Option<SystemTime>> = vec![None; n];
+        let mut waiting = vec![0usize; n];
+        let mut paused = vec![0usize; n];
+        let earlier = |slot: &mut Option<SystemTime>, t: SystemTime| {
+            if slot.is_none_or(|o| t < o) {
+                *slot = Some(t);
+            }
+        };
         for ((part, _), held) in &self.held {
-            let slot = &mut oldest[usize::from(part.input)];
-            if slot.is_none_or(|t| held.ready_since < t) {
-                *slot = Some(held.ready_since);
+            let i = usize::from(part.input);
+            earlier(&mut oldest[i], held.ready_since);
+            waiting[i] += 1;
+        }
+        for (part, _) in self.running.keys() {
+            waiting[usize::from(part.input)] += 1;
+        }
+        // A paused head past its due time is ready but unattempted too: this is
+        // where a stalled scheduler shows.
+        for (part, until) in self.timers.iter() {
+            let i = usize::from(part.input);
+            paused[i] += 1;
+            waiting[i] += 1;
+            if until <= now {
+                earlier(&mut oldest[i], until);
             }
         }
+        let age = |t: Option<SystemTime>| {
+            t.map_or(Duration::ZERO, |t| {
+                now.duration_since(t).unwrap_or_default()
+            })
+        };
         let oldest_ready = self
             .inputs
             .iter()
-            .zip(oldest)
-            .map(|(input, t)| {
-                let age = t.map_or(Duration::ZERO, |t| {
-                    now.duration_since(t).unwrap_or_default()
-                });
-                (input.label, age)
+            .zip(&oldest)
+            .map(|(input, t)| (input.label, age(*t)))
+            .collect();
+        let tiers = self
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, input)| input.retry)
+            .map(|(i, input)| metrics::TierGauges {
+                tier: input.label,
+                oldest_due_age: age(oldest[i]),
+                waiting: waiting[i],
+                paused: paused[i],
             })
             .collect();
         metrics::gauges(&metrics::Gauges {
@@ -395,6 +572,7 @@ impl Engine {
             lanes: self.lanes.lane_count(),
             buffered: self.lanes.buffered_records(),
             oldest_ready,
+            tiers,
         });
     }
 
@@ -412,6 +590,8 @@ impl Engine {
                 dropped += 1;
             }
             self.paused.remove(part);
+            self.timers.cancel(part);
+            self.rewinding.remove(part);
         }
         let deadline = tokio::time::Instant::now() + self.request_timeout + DRAIN_SLACK;
         let in_flight = self.wait_for(|k| parts.contains(&k.0), deadline).await;
@@ -505,5 +685,12 @@ impl Engine {
         parts.sort();
         parts.dedup();
         parts
+    }
+}
+
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }

@@ -157,14 +157,24 @@ async fn dispatch(
     ops: &Ops,
     shutdown: &CancellationToken,
 ) -> Result<(), DispatcherError> {
-    // Until the retry ladder (issue #5) adds the tiers with their due gate, only
-    // the ready queue is consumed; retries wait in the first tier.
-    let inputs = vec![engine::Input {
+    // One engine serves the ready queue and every tier; tier records draw on the
+    // retry share and wait for their due time. Metric labels are tier names: a
+    // few, fixed at start, so leaking them for `&'static str` costs nothing.
+    let mut inputs = vec![engine::Input {
         topic: topics.deliveries().to_owned(),
         label: "deliveries",
         retry: false,
     }];
+    inputs.extend(topics.retries().map(|(tier, topic)| engine::Input {
+        topic: topic.to_owned(),
+        label: Box::leak(tier.to_owned().into_boxed_str()),
+        retry: true,
+    }));
+    let tier_labels: Vec<&'static str> =
+        inputs.iter().filter(|i| i.retry).map(|i| i.label).collect();
+    metrics::describe_tiers(&tier_labels);
     let (events_tx, events_rx) = mpsc::channel(1024);
+    let (commands_tx, commands_rx) = std::sync::mpsc::channel();
     let revoke_wait = settings.http.request_timeout + Duration::from_secs(15);
     let kafka_err = |context, source| DispatcherError::Kafka { context, source };
     let consumer: BaseConsumer<consumer::DispatchContext> =
@@ -177,6 +187,10 @@ async fn dispatch(
             .set("isolation.level", "read_committed")
             .set("partition.assignment.strategy", "cooperative-sticky")
             .set("queued.max.messages.kbytes", "16384")
+            // A resumed tier partition joins the next fetch request, which waits
+            // for the broker's long poll of the others to return: this bounds
+            // how late a due retry is fetched (librdkafka's default is 500 ms).
+            .set("fetch.wait.max.ms", "100")
             .create_with_context(consumer::DispatchContext::new(
                 events_tx.clone(),
                 revoke_wait,
@@ -214,10 +228,12 @@ async fn dispatch(
             health: ops.health.clone(),
             request_timeout: settings.http.request_timeout,
             shutdown_grace: settings.shutdown_grace,
+            commands: commands_tx,
         },
         settings.lanes.clone(),
     )?;
-    let poller = consumer::Poller::spawn(consumer, events_tx).map_err(DispatcherError::Thread)?;
+    let poller = consumer::Poller::spawn(consumer, events_tx, commands_rx)
+        .map_err(DispatcherError::Thread)?;
     ops.health.set_ready(STAGE, Ok(()));
     tracing::info!(group = %settings.group_id, policy_version = ctx_version, "dispatching");
     engine.run(shutdown.clone()).await;

@@ -1,6 +1,7 @@
 //! Recording of dispatcher metrics; the names live in `metric_names`. Labels come
 //! from fixed sets only: outcome (`hookline_core::OUTCOMES`), status class, topic
-//! label (`deliveries` or a tier name) — never tenant, URL or ids.
+//! label (`deliveries` or a tier name), tier, dead-letter reason — never tenant,
+//! URL or ids.
 
 use std::time::Duration;
 
@@ -18,6 +19,28 @@ pub(crate) fn describe() {
     metrics::counter!(m::DISPATCHER_EGRESS_DENIED).absolute(0);
     metrics::counter!(m::DISPATCHER_FOLLOW_UP_ERRORS).absolute(0);
     metrics::counter!(m::DISPATCHER_UNDECODABLE).absolute(0);
+    metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => crate::outcome::EXHAUSTED)
+        .absolute(0);
+}
+
+/// Zeroes the per-tier counters.
+pub(crate) fn describe_tiers(tiers: &[&'static str]) {
+    for tier in tiers {
+        metrics::counter!(m::DISPATCHER_RETRIES_WRITTEN, label::TIER => *tier).absolute(0);
+    }
+}
+
+pub(crate) fn retry_written(tier: &str) {
+    metrics::counter!(m::DISPATCHER_RETRIES_WRITTEN, label::TIER => tier.to_owned()).increment(1);
+}
+
+pub(crate) fn dead_letter(reason: &str) {
+    metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.to_owned()).increment(1);
+}
+
+pub(crate) fn retry_lateness(tier: &'static str, late: Duration) {
+    metrics::histogram!(m::DISPATCHER_RETRY_LATENESS, label::TIER => tier)
+        .record(late.as_secs_f64());
 }
 
 fn class_of_outcome(outcome: &str) -> &'static str {
@@ -66,6 +89,15 @@ pub(crate) struct Gauges {
     pub buffered: usize,
     /// Oldest ready-but-unattempted record age per input (topic label, age).
     pub oldest_ready: Vec<(&'static str, Duration)>,
+    pub tiers: Vec<TierGauges>,
+}
+
+/// One retry tier's gauges.
+pub(crate) struct TierGauges {
+    pub tier: &'static str,
+    pub oldest_due_age: Duration,
+    pub waiting: usize,
+    pub paused: usize,
 }
 
 pub(crate) fn gauges(g: &Gauges) {
@@ -75,6 +107,14 @@ pub(crate) fn gauges(g: &Gauges) {
     for (topic, age) in &g.oldest_ready {
         metrics::gauge!(m::DISPATCHER_OLDEST_READY_AGE, label::TOPIC => *topic)
             .set(age.as_secs_f64());
+    }
+    for t in &g.tiers {
+        metrics::gauge!(m::DISPATCHER_TIER_OLDEST_DUE_AGE, label::TIER => t.tier)
+            .set(t.oldest_due_age.as_secs_f64());
+        metrics::gauge!(m::DISPATCHER_TIER_WAITING_RECORDS, label::TIER => t.tier)
+            .set(t.waiting as f64);
+        metrics::gauge!(m::DISPATCHER_TIER_PAUSED_PARTITIONS, label::TIER => t.tier)
+            .set(t.paused as f64);
     }
 }
 

@@ -48,6 +48,20 @@ impl Offsets {
         }
     }
 
+    /// Whether `part` is assigned to this replica (between assign and forget).
+    pub(crate) fn is_assigned(&self, part: Part) -> bool {
+        self.parts.contains_key(&part)
+    }
+
+    /// For a seek back to `offset`: forgets that offset and every later one (they
+    /// are fetched and tracked again), via `PartitionWatermark::reset_to`, so the
+    /// stored offset never passes them. Returns how many unfinished were dropped.
+    pub(crate) fn reset_to(&mut self, part: Part, offset: i64) -> usize {
+        self.parts
+            .get_mut(&part)
+            .map_or(0, |t| t.watermark.reset_to(offset))
+    }
+
     /// Forgets partitions (after their final store and commit on revoke).
     pub(crate) fn forget(&mut self, parts: &[Part]) {
         for p in parts {

@@ -7,9 +7,12 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
-use hookline_envelope::{delivery_id, encode, Delivery, Subscription, Topics};
+use hookline_envelope::{decode, delivery_id, encode, DeadLetter, Delivery, Subscription, Topics};
 use hookline_testkit::{kafka, receiver::Receiver};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{
+    message::Message,
+    producer::{FutureProducer, FutureRecord},
+};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -36,13 +39,33 @@ pub struct Env {
     pub producer: FutureProducer,
     pub secrets: tempfile::TempDir,
     pub receiver: Receiver,
+    /// `--retry-tiers` for a ladder of this test's own, if any.
+    pub retry_tiers: Option<String>,
 }
 
 impl Env {
     /// Every hookline topic with `partitions` partitions (subscriptions compacted).
     pub async fn new(name: &str, partitions: i32) -> Self {
+        Self::with_ladder(name, partitions, &[]).await
+    }
+
+    /// Like [`new`](Self::new), with retry tiers `(name, delay)` (the default
+    /// ladder when empty), passed to every dispatcher as `--retry-tiers`.
+    pub async fn with_ladder(name: &str, partitions: i32, tiers: &[(&str, &str)]) -> Self {
         let prefix = format!("{}.", kafka::unique_name(name));
-        let topics = Topics::with_prefix(&prefix).unwrap();
+        let topics = if tiers.is_empty() {
+            Topics::with_prefix(&prefix).unwrap()
+        } else {
+            let names: Vec<&str> = tiers.iter().map(|(n, _)| *n).collect();
+            Topics::new(&prefix, &names).unwrap()
+        };
+        let retry_tiers = (!tiers.is_empty()).then(|| {
+            tiers
+                .iter()
+                .map(|(n, d)| format!("{n}={d}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        });
         let plain: Vec<(&str, i32)> = topics
             .all()
             .into_iter()
@@ -67,6 +90,7 @@ impl Env {
             producer: kafka::producer(),
             secrets,
             receiver: Receiver::start().await.unwrap(),
+            retry_tiers,
         }
     }
 
@@ -97,6 +121,9 @@ impl Env {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if let Some(tiers) = &self.retry_tiers {
+            args.extend(["--retry-tiers".to_owned(), tiers.clone()]);
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         args
     }
@@ -168,19 +195,58 @@ impl Env {
         .unwrap();
     }
 
+    /// Produces records to retry tier `tier` (an index into the ladder), keyed by tenant.
+    pub async fn publish_to_tier(&self, tier: usize, deliveries: &[Delivery]) {
+        let (_, topic) = self.topics.retries().nth(tier).unwrap();
+        kafka::produce_many(
+            &self.producer,
+            topic,
+            deliveries
+                .iter()
+                .map(|d| (d.tenant_id.as_bytes().to_vec(), encode(d))),
+        )
+        .await
+        .unwrap();
+    }
+
+    /// Every record of retry tier `tier`, decoded.
+    pub async fn tier_records(&self, tier: usize) -> Vec<Delivery> {
+        let (_, topic) = self.topics.retries().nth(tier).unwrap();
+        kafka::read_to_end(topic)
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| decode(m.payload().unwrap()).unwrap())
+            .collect()
+    }
+
+    /// Every dead letter, decoded.
+    pub async fn dead_letters(&self) -> Vec<DeadLetter> {
+        kafka::read_to_end(self.topics.dlq())
+            .await
+            .unwrap()
+            .iter()
+            .map(|m| decode(m.payload().unwrap()).unwrap())
+            .collect()
+    }
+
     /// Waits until the group has committed every record of `deliveries`.
     pub async fn committed_to_end(&self, within: Duration) {
+        self.topic_committed_to_end(self.topics.deliveries(), within)
+            .await;
+    }
+
+    /// Waits until the group has committed every record of `topic`.
+    pub async fn topic_committed_to_end(&self, topic: &str, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let (committed, high) = kafka::group_progress(&self.group, self.topics.deliveries())
-                .await
-                .unwrap();
+            let (committed, high) = kafka::group_progress(&self.group, topic).await.unwrap();
             if committed == high {
                 return;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "dispatcher did not commit within {within:?}: committed {committed} of {high}"
+                "dispatcher did not commit {topic} within {within:?}: committed {committed} of {high}"
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }

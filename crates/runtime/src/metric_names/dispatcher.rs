@@ -22,8 +22,45 @@ pub const DISPATCHER_FOLLOW_UP_ERRORS: &str = "hookline_dispatcher_follow_up_err
 pub const DISPATCHER_UNDECODABLE: &str = "hookline_dispatcher_undecodable_records_total";
 /// Times a partition was paused because its buffer was full.
 pub const DISPATCHER_BACKPRESSURE_PAUSES: &str = "hookline_dispatcher_backpressure_pauses_total";
+/// Per retry tier: how far past its due time the most overdue record not yet
+/// attempted is (a paused head whose timer did not fire, or a due record waiting
+/// for a slot); 0 when none is overdue. A stalled scheduler shows here.
+pub const DISPATCHER_TIER_OLDEST_DUE_AGE: &str = "hookline_dispatcher_tier_oldest_due_age_seconds";
+/// Per retry tier: records buffered or in flight, plus one per paused head.
+pub const DISPATCHER_TIER_WAITING_RECORDS: &str = "hookline_dispatcher_tier_waiting_records";
+/// Per retry tier: partitions paused until their head is due.
+pub const DISPATCHER_TIER_PAUSED_PARTITIONS: &str = "hookline_dispatcher_tier_paused_partitions";
+/// Retry records written, by tier.
+pub const DISPATCHER_RETRIES_WRITTEN: &str = "hookline_dispatcher_retries_written_total";
+/// Dead letters written, by reason (`exhausted`, `rejected_4xx`, ...).
+pub const DISPATCHER_DEAD_LETTERS: &str = "hookline_dispatcher_dead_letters_total";
+/// How long after its `due_at` a retry was attempted, by tier.
+pub const DISPATCHER_RETRY_LATENESS: &str = "hookline_dispatcher_retry_lateness_seconds";
 
 pub(super) fn describe() {
+    metrics::describe_gauge!(
+        DISPATCHER_TIER_OLDEST_DUE_AGE,
+        metrics::Unit::Seconds,
+        "Per retry tier, how far past due the most overdue unattempted record is."
+    );
+    metrics::describe_gauge!(
+        DISPATCHER_TIER_WAITING_RECORDS,
+        "Per retry tier, records buffered or in flight plus paused heads."
+    );
+    metrics::describe_gauge!(
+        DISPATCHER_TIER_PAUSED_PARTITIONS,
+        "Per retry tier, partitions paused until their head is due."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_RETRIES_WRITTEN,
+        "Retry records written, by tier."
+    );
+    metrics::describe_counter!(DISPATCHER_DEAD_LETTERS, "Dead letters written, by reason.");
+    metrics::describe_histogram!(
+        DISPATCHER_RETRY_LATENESS,
+        metrics::Unit::Seconds,
+        "How long after its due time a retry was attempted, by tier."
+    );
     metrics::describe_counter!(
         DISPATCHER_ATTEMPTS,
         "Delivery attempts by outcome and HTTP status class."

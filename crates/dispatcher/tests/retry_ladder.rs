@@ -1,0 +1,359 @@
+//! The retry ladder on real Kafka, against a local receiver that fails on purpose,
+//! with a ladder of seconds (t1 = 1 s, t2 = 2 s, t3 = 3 s): retries move up the
+//! tiers and are never attempted before their `due_at` (measured at the receiver),
+//! `Retry-After` picks the covering tier, rejections and exhausted deliveries
+//! become complete dead letters, and due retries never hold up first attempts.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use common::{delivery, now_ms, Env};
+use hookline_envelope::Delivery;
+use hookline_testkit::receiver::{Behaviour, Recorded};
+
+const LADDER: &[(&str, &str)] = &[("t1", "1s"), ("t2", "2s"), ("t3", "3s")];
+
+fn ms(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// The retry record of `delivery_id` after `attempt` attempts, from any tier,
+/// with the tier index.
+fn retry_of(tiers: &[Vec<Delivery>], delivery_id: &str, attempt: i32) -> (usize, Delivery) {
+    tiers
+        .iter()
+        .enumerate()
+        .find_map(|(i, records)| {
+            records
+                .iter()
+                .find(|d| d.delivery_id == delivery_id && d.attempt == attempt)
+                .map(|d| (i, d.clone()))
+        })
+        .unwrap_or_else(|| panic!("no retry record of {delivery_id} after attempt {attempt}"))
+}
+
+async fn all_tiers(env: &Env) -> Vec<Vec<Delivery>> {
+    let mut tiers = Vec::new();
+    for i in 0..LADDER.len() {
+        tiers.push(env.tier_records(i).await);
+    }
+    tiers
+}
+
+fn by_path<'a>(requests: &'a [Recorded], path: &str) -> Vec<&'a Recorded> {
+    requests.iter().filter(|r| r.path == path).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fails_twice_then_arrives_on_the_third_attempt_never_before_due() {
+    let env = Env::with_ladder("ladder-third", 1, LADDER).await;
+    let mut ds = Vec::new();
+    for t in 0..3 {
+        let path = format!("/flaky-{t}");
+        env.receiver
+            .set(&path, Behaviour::status(204).fail_first(2, 503));
+        let sub = env.subscription(&format!("sub-{t}"), &format!("tenant-{t}"), &path, "one");
+        env.put(&sub).await;
+        ds.push(delivery(&sub, 0));
+    }
+    let running = env.start(&["--retry-jitter", "300ms", "--max-attempts", "5"]);
+    env.publish(&ds).await;
+    let done = env
+        .receiver
+        .wait_until(Duration::from_secs(60), |r| {
+            r.iter().filter(|q| q.status == 204).count() >= ds.len()
+        })
+        .await;
+    assert!(done, "only {} requests arrived", env.receiver.count());
+    for (i, _) in LADDER.iter().enumerate().take(2) {
+        let (_, topic) = env.topics.retries().nth(i).unwrap();
+        env.topic_committed_to_end(topic, Duration::from_secs(30))
+            .await;
+    }
+    running.shutdown().await;
+
+    let requests = env.receiver.requests();
+    let tiers = all_tiers(&env).await;
+    let mut lateness = Vec::new();
+    for (t, d) in ds.iter().enumerate() {
+        let reqs = by_path(&requests, &format!("/flaky-{t}"));
+        let statuses: Vec<u16> = reqs.iter().map(|r| r.status).collect();
+        assert_eq!(statuses, [503, 503, 204], "{}", d.delivery_id);
+        assert!(reqs.iter().all(|r| r.header("webhook-id") == d.delivery_id));
+        // Attempt 1 failed → t1 (1 s); attempt 2 failed → t2 (2 s).
+        for (attempt, tier, delay) in [(1, 0, 1000), (2, 1, 2000)] {
+            let (got_tier, retry) = retry_of(&tiers, &d.delivery_id, attempt);
+            assert_eq!(got_tier, tier, "attempt {attempt}");
+            let failed_at = retry.last_attempt_at.unwrap();
+            let wait = retry.due_at - failed_at;
+            assert!(
+                (delay..delay + 300 + 1000).contains(&wait),
+                "attempt {attempt}: due {wait} ms after the failed attempt"
+            );
+            let next = reqs[attempt as usize].received_at;
+            let late = ms(next) - retry.due_at;
+            assert!(
+                late >= 0,
+                "attempt {} arrived {} ms before its due time",
+                attempt + 1,
+                -late
+            );
+            lateness.push(late);
+        }
+        let (_, r1) = retry_of(&tiers, &d.delivery_id, 1);
+        let (_, r2) = retry_of(&tiers, &d.delivery_id, 2);
+        assert_eq!(
+            r1.first_attempt_at, r2.first_attempt_at,
+            "first attempt kept"
+        );
+        assert!(r2.last_attempt_at > r1.last_attempt_at);
+    }
+    assert!(
+        tiers[2].is_empty(),
+        "nothing failed a third time: {:?}",
+        tiers[2]
+    );
+    assert!(env.dead_letters().await.is_empty());
+    eprintln!("lateness of retries behind due_at (ms): {lateness:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_on_429_after_retry_after_in_the_covering_tier() {
+    let env = Env::with_ladder("ladder-429", 1, LADDER).await;
+    env.receiver.set(
+        "/throttled",
+        Behaviour::status(204).fail_first(1, 429).retry_after("2"),
+    );
+    let sub = env.subscription("sub-429", "tenant-429", "/throttled", "one");
+    env.put(&sub).await;
+    let running = env.start(&["--retry-jitter", "0s"]);
+    let d = delivery(&sub, 0);
+    env.publish(std::slice::from_ref(&d)).await;
+    let done = env
+        .receiver
+        .wait_until(Duration::from_secs(60), |r| r.len() >= 2)
+        .await;
+    assert!(done, "the retry never arrived");
+    running.shutdown().await;
+
+    let reqs = env.receiver.requests();
+    assert_eq!(
+        reqs.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [429, 204]
+    );
+    let tiers = all_tiers(&env).await;
+    // The ladder step is t1 (1 s) but the hint of 2 s needs t2.
+    assert!(tiers[0].is_empty(), "t1 does not cover Retry-After: 2");
+    let (tier, retry) = retry_of(&tiers, &d.delivery_id, 1);
+    assert_eq!(tier, 1);
+    assert_eq!(retry.last_outcome.as_deref(), Some("http_429"));
+    assert!(retry.due_at - retry.last_attempt_at.unwrap() >= 2000);
+    assert!(ms(reqs[1].received_at) >= retry.due_at, "attempted early");
+    assert!(
+        reqs[1]
+            .received_at
+            .duration_since(reqs[0].received_at)
+            .unwrap()
+            >= Duration::from_secs(2),
+        "Retry-After: 2 not honoured"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_404_goes_straight_to_the_dlq_with_reason() {
+    let env = Env::with_ladder("ladder-404", 1, LADDER).await;
+    env.receiver
+        .set("/missing", Behaviour::status(404).body("no such webhook"));
+    let sub = env.subscription("sub-404", "tenant-404", "/missing", "one");
+    env.put(&sub).await;
+    let running = env.start(&[]);
+    let d = delivery(&sub, 0);
+    env.publish(std::slice::from_ref(&d)).await;
+    env.committed_to_end(Duration::from_secs(60)).await;
+    running.shutdown().await;
+
+    assert_eq!(env.receiver.count(), 1, "never retried");
+    assert!(all_tiers(&env).await.iter().all(Vec::is_empty));
+    let dead = env.dead_letters().await;
+    assert_eq!(dead.len(), 1);
+    let dl = &dead[0];
+    assert_eq!(dl.reason, "rejected_4xx");
+    assert_eq!(dl.last_status, Some(404));
+    assert_eq!(dl.detail.as_deref(), Some("no such webhook"));
+    assert_eq!(dl.delivery.delivery_id, d.delivery_id);
+    assert_eq!(dl.delivery.attempt, 1);
+    assert!(dl.policy_version.starts_with("ladder-"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_always_failing_endpoint_ends_in_the_dlq_after_max_attempts_with_every_field() {
+    let env = Env::with_ladder("ladder-exhaust", 1, LADDER).await;
+    env.receiver
+        .set("/down", Behaviour::status(500).body("database unavailable"));
+    let sub = env.subscription("sub-down", "tenant-down", "/down", "one");
+    env.put(&sub).await;
+    let running = env.start(&["--max-attempts", "4", "--retry-jitter", "100ms"]);
+    let d = delivery(&sub, 0);
+    let before = now_ms();
+    env.publish(std::slice::from_ref(&d)).await;
+    let mut dead = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dead.is_empty() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        dead = env.dead_letters().await;
+    }
+    running.shutdown().await;
+
+    let reqs = env.receiver.requests();
+    assert_eq!(reqs.len(), 4, "exactly max_attempts attempts");
+    assert_eq!(dead.len(), 1, "one dead letter");
+    let dl = &dead[0];
+    let tiers = all_tiers(&env).await;
+    // Attempts 1, 2, 3 failed → t1, t2, t3; attempt 4 failed → exhausted.
+    for attempt in 1..=3 {
+        let (tier, retry) = retry_of(&tiers, &d.delivery_id, attempt);
+        assert_eq!(tier, attempt as usize - 1);
+        assert!(ms(reqs[attempt as usize].received_at) >= retry.due_at);
+        assert_eq!(
+            retry.policy_version.as_deref(),
+            Some(dl.policy_version.as_str())
+        );
+    }
+    assert_eq!(dl.reason, "exhausted");
+    assert_eq!(dl.last_status, Some(500));
+    assert!(dl.dead_at >= ms(reqs[3].received_at));
+    assert!(
+        dl.policy_version.starts_with("ladder-"),
+        "{}",
+        dl.policy_version
+    );
+    let detail = dl.detail.as_deref().unwrap();
+    assert!(detail.starts_with("max_attempts: 4 attempts"), "{detail}");
+    assert!(
+        detail.ends_with("http_500: database unavailable"),
+        "{detail}"
+    );
+    let x = &dl.delivery;
+    assert_eq!(x.delivery_id, d.delivery_id);
+    assert_eq!(x.payload, d.payload);
+    assert_eq!(x.attempt, 4);
+    let first = x.first_attempt_at.unwrap();
+    let last = x.last_attempt_at.unwrap();
+    assert!(first >= before && last > first + 5_000, "{first} {last}");
+    assert_eq!(x.last_outcome.as_deref(), Some("http_500"));
+    assert_eq!(
+        x.policy_version.as_deref(),
+        Some(dl.policy_version.as_str())
+    );
+}
+
+/// One partition per topic, two tenants. 3 000 retries of a broken tenant, all
+/// due, sit in t1; its endpoint answers 503 after 100 ms and its subscription
+/// allows 8 in flight. A healthy tenant's 200 first attempts are published next.
+///
+/// Stated bounds: every healthy delivery arrives within 3 s of being published
+/// while the broken tenant's due retries are still being worked, and the broken
+/// endpoint never sees more requests than its cap allows (8 per 100 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_attempts_keep_flowing_while_thousands_of_retries_are_due() {
+    const BROKEN: usize = 3000;
+    const HEALTHY: usize = 200;
+    let env = Env::with_ladder("ladder-flood", 1, LADDER).await;
+    env.receiver.set(
+        "/broken",
+        Behaviour::status(503).delay(Duration::from_millis(100)),
+    );
+    let mut broken = env.subscription("sub-broken", "broken", "/broken", "one");
+    broken.max_in_flight = 8;
+    let healthy = env.subscription("sub-healthy", "healthy", "/healthy", "one");
+    env.put(&broken).await;
+    env.put(&healthy).await;
+    let now = now_ms();
+    let retries: Vec<Delivery> = (0..BROKEN)
+        .map(|n| {
+            let mut d = delivery(&broken, n);
+            d.attempt = 1;
+            d.first_attempt_at = Some(now - 1000);
+            d.last_attempt_at = Some(now - 1000);
+            d.last_outcome = Some("http_503".into());
+            d.due_at = now;
+            d
+        })
+        .collect();
+    env.publish_to_tier(0, &retries).await;
+    let running = env.start(&[]);
+    // The flood is being worked before the healthy tenant publishes.
+    assert!(
+        env.receiver
+            .wait_until(Duration::from_secs(60), |r| r.len() >= 16)
+            .await
+    );
+    let healthy_ds: Vec<Delivery> = (0..HEALTHY).map(|n| delivery(&healthy, n)).collect();
+    let published = Instant::now();
+    let published_wall = SystemTime::now();
+    env.publish(&healthy_ds).await;
+    let all = env
+        .receiver
+        .wait_until(Duration::from_secs(30), |r| {
+            r.iter().filter(|q| q.path == "/healthy").count() >= HEALTHY
+        })
+        .await;
+    let waited = published.elapsed();
+    // Let the flood run on, to check the broken subscription's cap over time.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let requests = env.receiver.requests();
+    running.shutdown().await;
+
+    assert!(
+        all,
+        "healthy tenant starved: {} of {HEALTHY}",
+        by_path(&requests, "/healthy").len()
+    );
+    let broken_reqs = by_path(&requests, "/broken");
+    let worst = by_path(&requests, "/healthy")
+        .iter()
+        .map(|r| {
+            r.received_at
+                .duration_since(published_wall)
+                .unwrap_or_default()
+        })
+        .max()
+        .unwrap();
+    eprintln!(
+        "healthy: {HEALTHY} first attempts within {waited:?} (worst {worst:?}); broken retries attempted: {}",
+        broken_reqs.len()
+    );
+    assert!(
+        waited < Duration::from_secs(3),
+        "healthy tenant waited {waited:?}"
+    );
+    assert!(
+        broken_reqs.len() < BROKEN,
+        "the due retries were not still pending: {}",
+        broken_reqs.len()
+    );
+    // The broken subscription stays within max_in_flight = 8: no 100 ms window
+    // holds more than 8 arrivals (each is answered after 100 ms).
+    let times: Vec<Instant> = broken_reqs.iter().map(|r| r.at).collect();
+    let mut worst_window = 0;
+    for (i, t) in times.iter().enumerate() {
+        let n = times[i..]
+            .iter()
+            .take_while(|u| u.duration_since(*t) < Duration::from_millis(95))
+            .count();
+        worst_window = worst_window.max(n);
+    }
+    assert!(times.len() > 100, "only {} broken attempts", times.len());
+    assert!(worst_window <= 8, "{worst_window} requests within 95 ms");
+    let ids: HashMap<&str, usize> = by_path(&requests, "/healthy")
+        .iter()
+        .map(|r| (r.header("webhook-id"), 1))
+        .collect();
+    assert_eq!(ids.len(), HEALTHY);
+}
