@@ -38,7 +38,8 @@ fi
 [[ -x .venv/bin/kubernetes-validate && -x .venv/bin/hadolint ]] || { log "run 'make venv' first (kubernetes-validate, hadolint)"; exit 1; }
 
 log "building the service binaries (their --help is the reference for the chart's env)"
-"$CARGO" build -q -p hookline-fanout -p hookline-dispatcher -p hookline-dlq-sink --bins
+# The whole workspace, so dependencies keep the features `make test` built them with.
+"$CARGO" build -q --workspace --bins
 export HOOKLINE_BIN_DIR="${CARGO_TARGET_DIR:-$repo/target}/debug"
 
 # No Docker engine is needed: the image's Dockerfile is linted, not built.
