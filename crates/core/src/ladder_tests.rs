@@ -34,7 +34,7 @@ fn default_ladder_shape() {
     assert_eq!(delays, [10, 60, 900, 7200]);
     assert_eq!(l.max_attempts(), 15);
     assert_eq!(l.max_age(), secs(24 * 3600));
-    assert_eq!(l.max_jitter(), secs(2));
+    assert_eq!(l.max_jitter(), Duration::from_millis(500));
     assert_eq!(l.tier_index("retry-15m"), Some(2));
     assert_eq!(l.tier_index("retry-3h"), None);
 }

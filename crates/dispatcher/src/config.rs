@@ -133,8 +133,10 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_MAX_AGE", default_value = "24h", value_parser = parse_duration)]
     pub max_age: Duration,
 
-    /// Most random delay added to a retry's due time (it only ever delays).
-    #[arg(long, env = "HOOKLINE_RETRY_JITTER", default_value = "2s", value_parser = parse_duration)]
+    /// Most random delay added to a retry's due time (it only ever delays). It
+    /// also bounds how late a retry can be: a tier partition is attempted in
+    /// order, so a record can wait behind a head due up to the jitter after it.
+    #[arg(long, env = "HOOKLINE_RETRY_JITTER", default_value = "500ms", value_parser = parse_duration)]
     pub retry_jitter: Duration,
 }
 

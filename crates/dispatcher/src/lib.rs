@@ -116,7 +116,7 @@ async fn run_stage(
     ops: &Ops,
     shutdown: &CancellationToken,
 ) -> Result<(), DispatcherError> {
-    let mut needed = vec![topics.deliveries()];
+    let mut needed = vec![topics.subscriptions(), topics.deliveries()];
     needed.extend(topics.retries().map(|(_, topic)| topic));
     needed.push(topics.dlq());
     if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {

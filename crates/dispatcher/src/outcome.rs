@@ -287,7 +287,7 @@ mod tests {
     fn jitter_only_delays_and_is_bounded() {
         let d = Ladder::default();
         let p = RetryPolicy::new(d.clone());
-        for (unit, extra) in [(0.0, 0), (0.5, 1_000), (1.0, 2_000)] {
+        for (unit, extra) in [(0.0, 0), (0.5, 250), (1.0, 500)] {
             let FollowUp::Retry { record, .. } = plan(&delivery(), &facts(status(503)), &p, unit)
             else {
                 panic!("expected a retry");
