@@ -12,7 +12,7 @@
 //! Needs the real broker (`HOOKLINE_TEST_BROKERS`, or started by testkit):
 //! `cargo bench -p hookline-dispatcher --bench retry_lateness`
 //! Knobs: `BENCH_RATE` records/s (default 500), `BENCH_SECONDS` (default 10),
-//! `BENCH_JITTER_MS` (default 2000, the default ladder's), tier delay 2 s.
+//! `BENCH_JITTER_MS` (default 500, the default ladder's), tier delay 2 s.
 
 #![allow(clippy::unwrap_used)]
 
@@ -59,7 +59,7 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 async fn main() {
     let rate = env_or("BENCH_RATE", 500);
     let seconds = env_or("BENCH_SECONDS", 10);
-    let jitter = env_or("BENCH_JITTER_MS", 2000) as i64;
+    let jitter = env_or("BENCH_JITTER_MS", 500) as i64;
 
     let prefix = format!("{}.", kafka::unique_name("disp-lateness"));
     let topics = Topics::new(&prefix, &["t1"]).unwrap();
