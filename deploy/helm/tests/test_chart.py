@@ -277,9 +277,72 @@ def test_config_checksum_changes_with_the_config():
     assert checksums("--set", "log.level=debug")["fanout"] != base["fanout"]
 
 
-def test_a_custom_retry_ladder_is_refused_while_the_dispatcher_has_no_flag_for_it():
-    out = helm_template("--set", "topics.retryTiers[0].name=retry-5s", "--set", "topics.retryTiers[0].delay=5s")
-    assert out.returncode != 0 and "topics.retryTiers differs" in out.stderr
+CUSTOM_LADDER = "retry-30s=30s,retry-5m=5m,retry-1h=1h"
+
+
+def test_the_dispatcher_follows_the_ladder_the_topic_hook_creates(rendered):
+    docs = rendered[("retry-ladder", KUBE_DEFAULT)]
+    env = configmap_env(docs, "dispatcher")
+    assert env["HOOKLINE_RETRY_TIERS"] == CUSTOM_LADDER
+    assert (env["HOOKLINE_MAX_ATTEMPTS"], env["HOOKLINE_MAX_AGE"], env["HOOKLINE_RETRY_JITTER"]) == ("8", "12h", "250ms")
+    (job,) = kinds(docs, "Job")
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    job_env = {e["name"]: e["value"] for e in c["env"]}
+    assert job_env["HOOKLINE_TOPICS_RETRY_TIERS"] == CUSTOM_LADDER
+    # The same values through Strimzi: exactly these tier topics, no default one.
+    docs = render("retry-ladder", KUBE_DEFAULT, "--set", "topics.provision.enabled=false",
+                  "--set", "topics.strimzi.enabled=true", "--set", "topics.strimzi.cluster=k")
+    tiers = [t["spec"]["topicName"] for t in kinds(docs, "KafkaTopic") if t["spec"]["topicName"].startswith("deliveries.retry")]
+    assert tiers == ["deliveries.retry-30s", "deliveries.retry-5m", "deliveries.retry-1h"]
+    assert configmap_env(docs, "dispatcher")["HOOKLINE_RETRY_TIERS"] == CUSTOM_LADDER
+
+
+@pytest.mark.parametrize("values", [v for v in VALUE_FILES if v != "disabled"])
+def test_dispatcher_and_topics_share_one_ladder(values, rendered):
+    docs = rendered[(values, KUBE_DEFAULT)]
+    v = values_of(values)
+    ladder = ",".join(f"{t['name']}={t['delay']}" for t in v["topics"]["retryTiers"])
+    env = configmap_env(docs, "dispatcher")
+    assert env["HOOKLINE_RETRY_TIERS"] == ladder
+    policy = v["dispatcher"]["retryPolicy"]
+    assert env["HOOKLINE_MAX_ATTEMPTS"] == str(policy["maxAttempts"])
+    assert env["HOOKLINE_MAX_AGE"] == policy["maxAge"]
+    assert env["HOOKLINE_RETRY_JITTER"] == policy["jitter"]
+    for job in kinds(docs, "Job"):
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        assert {e["name"]: e["value"] for e in c["env"]}["HOOKLINE_TOPICS_RETRY_TIERS"] == ladder
+
+
+def test_a_ladder_the_dispatcher_would_refuse_fails_rendering():
+    def tiers(*pairs):
+        args = []
+        for i, (name, delay) in enumerate(pairs):
+            args += ["--set", f"topics.retryTiers[{i}].name={name}", "--set", f"topics.retryTiers[{i}].delay={delay}"]
+        return helm_template(*args)
+
+    out = tiers(("a", "1m"), ("b", "30s"))
+    assert out.returncode != 0 and "tier b delay 30s must be greater than the previous tier's 1m" in out.stderr
+    out = tiers(("a", "1m"), ("a", "5m"))
+    assert out.returncode != 0 and "tier name a appears twice" in out.stderr
+    out = tiers(("a", "0s"))
+    assert out.returncode != 0 and "tier a has a zero delay" in out.stderr
+    out = helm_template("--set", "dispatcher.retryPolicy.maxAge=0s")
+    assert out.returncode != 0 and "maxAge must be greater than zero" in out.stderr
+    out = helm_template("--set", "dispatcher.retryPolicy.maxAttempts=0")
+    assert out.returncode != 0 and "maxAttempts" in out.stderr
+    out = helm_template("--set", "dispatcher.env.HOOKLINE_RETRY_TIERS=x=1s")
+    assert out.returncode != 0 and "dispatcher.env.HOOKLINE_RETRY_TIERS is set by the chart" in out.stderr
+
+
+def test_a_tier_longer_than_its_retention_allows_fails_rendering_on_either_path():
+    long_tier = ["--set", "topics.retryTiers[0].name=retry-1d", "--set", "topics.retryTiers[0].delay=1d"]
+    for path in ([], ["--set", "topics.provision.enabled=false", "--set", "topics.strimzi.enabled=true",
+                      "--set", "topics.strimzi.cluster=k"]):
+        out = helm_template(*long_tier, *path)
+        assert out.returncode != 0, path
+        assert "topic deliveries.retry-1d: retention 7d is below the minimum of 2073600000ms" in out.stderr
+        out = helm_template(*long_tier, *path, "--set", "topics.perTopic.deliveries\\.retry-1d.retention=24d")
+        assert out.returncode == 0, out.stderr
 
 
 def test_extra_volumes_reach_the_pod(rendered):

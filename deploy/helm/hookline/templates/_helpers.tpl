@@ -67,6 +67,34 @@ app.kubernetes.io/component: {{ .component }}
 - events.quarantine
 {{- end -}}
 
+{{/* The retry ladder as `name=delay,...` from topics.retryTiers: the one list
+     both the dispatcher (HOOKLINE_RETRY_TIERS) and the topic hook
+     (HOOKLINE_TOPICS_RETRY_TIERS) are given, so the tiers it consumes are the
+     tiers that exist. Fails on a ladder the dispatcher would refuse at start. */}}
+{{- define "hookline.retryTiers" -}}
+{{- $tiers := list -}}
+{{- $seen := dict -}}
+{{- $previous := int64 0 -}}
+{{- $previousDelay := "" -}}
+{{- range .Values.topics.retryTiers -}}
+{{- $ms := include "hookline.durationMs" .delay | int64 -}}
+{{- if hasKey $seen .name -}}
+{{- fail (printf "topics.retryTiers: tier name %s appears twice" .name) -}}
+{{- end -}}
+{{- if eq $ms (int64 0) -}}
+{{- fail (printf "topics.retryTiers: tier %s has a zero delay" .name) -}}
+{{- end -}}
+{{- if le $ms $previous -}}
+{{- fail (printf "topics.retryTiers: tier %s delay %s must be greater than the previous tier's %s" .name .delay $previousDelay) -}}
+{{- end -}}
+{{- $_ := set $seen .name true -}}
+{{- $previous = $ms -}}
+{{- $previousDelay = .delay -}}
+{{- $tiers = append $tiers (printf "%s=%s" .name .delay) -}}
+{{- end -}}
+{{- join "," $tiers -}}
+{{- end -}}
+
 {{/* A duration like 10s, 15m, 7d, 1h30m, 250ms in milliseconds; fails otherwise. */}}
 {{- define "hookline.durationMs" -}}
 {{- $s := toString . | trim -}}
@@ -158,6 +186,14 @@ HOOKLINE_LOG: {{ .Values.log.level | quote }}
 {{- $_ := set $env "HOOKLINE_REQUEST_TIMEOUT" (printf "%ds" (int $c.requestTimeoutSeconds)) -}}
 {{- $_ := set $env "HOOKLINE_SECRETS_DIR" $root.Values.signing.mountPath -}}
 {{- $_ := set $env "HOOKLINE_SECRETS_POLL_INTERVAL" $root.Values.signing.pollInterval -}}
+{{- $_ := set $env "HOOKLINE_RETRY_TIERS" (include "hookline.retryTiers" $root) -}}
+{{- $policy := $c.retryPolicy -}}
+{{- if eq (include "hookline.durationMs" $policy.maxAge) "0" -}}
+{{- fail "dispatcher.retryPolicy.maxAge must be greater than zero" -}}
+{{- end -}}
+{{- $_ := set $env "HOOKLINE_MAX_ATTEMPTS" (include "hookline.str" $policy.maxAttempts) -}}
+{{- $_ := set $env "HOOKLINE_MAX_AGE" $policy.maxAge -}}
+{{- $_ := set $env "HOOKLINE_RETRY_JITTER" $policy.jitter -}}
 {{- else if eq .key "dlqSink" -}}
 {{- $_ := set $env "HOOKLINE_DLQ_SINK_GROUP" $c.groupId -}}
 {{- $_ := set $env "HOOKLINE_ARCHIVE_URL" (default $c.archive.mountPath $c.archive.url) -}}
