@@ -9,9 +9,17 @@
 //! means a retry waiting for the retry share never holds up a first attempt behind it
 //! (DESIGN §4: a backlog of failing retries never delays first attempts). At
 //! `max_in_flight = 1` first attempts still start strictly in order, one at a time.
+//!
+//! A subscription may also have a rate limit ([`TokenBucket`], shared by its two
+//! lanes): in any window of length `w` it starts at most `capacity + rate × w`
+//! records. A lane whose bucket is empty is skipped by the round robin like a lane
+//! at its cap, so other lanes keep flowing; [`Lanes::next_rate_wakeup`] says when
+//! it may start again. Lanes without a rate behave exactly as if rates did not exist.
 
 use std::collections::{hash_map::Entry, BTreeMap, HashMap, VecDeque};
 use std::time::SystemTime;
+
+use crate::rate::{RateLimit, TokenBucket};
 
 /// Identifies a lane: the subscription whose records it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -47,6 +55,24 @@ pub enum Flow {
     Continue,
     /// Pause fetching this partition; [`Lanes::take_resumable`] says when to resume.
     Pause,
+}
+
+/// What a push says about its subscription; the latest push sets both.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LaneSettings {
+    /// Cap on the subscription's records in flight (0 is treated as 1).
+    pub max_in_flight: u32,
+    /// Cap on starts per second; `None`, non-positive or non-finite is unlimited.
+    pub rate_per_s: Option<f64>,
+}
+
+impl LaneSettings {
+    pub fn unlimited_rate(max_in_flight: u32) -> Self {
+        Self {
+            max_in_flight,
+            rate_per_s: None,
+        }
+    }
 }
 
 /// Caps and buffer bounds. Buffered = queued + in flight (memory held).
@@ -167,6 +193,11 @@ pub struct Lanes<P> {
     retry_in_flight: u32,
     held_records: usize,
     held_bytes: usize,
+    /// Rate-limited subscriptions' buckets. A bucket outlives its subscription's
+    /// records until it is full again, so draining a lane never grants a new burst.
+    buckets: HashMap<String, TokenBucket>,
+    /// The latest `now` passed in; rate decisions never see time go backwards.
+    clock: Option<SystemTime>,
 }
 
 impl<P: Ord + Clone> Lanes<P> {
@@ -184,6 +215,8 @@ impl<P: Ord + Clone> Lanes<P> {
             retry_in_flight: 0,
             held_records: 0,
             held_bytes: 0,
+            buckets: HashMap::new(),
+            clock: None,
         })
     }
 
@@ -191,15 +224,24 @@ impl<P: Ord + Clone> Lanes<P> {
         &self.limits
     }
 
-    /// Buffers a fetched record; always accepted (never dropped). `max_in_flight` is
-    /// the subscription's current cap (0 is treated as 1); the latest push sets it.
-    /// Returns `Pause` while the partition is over its share — at or above a
-    /// partition or total limit — until [`take_resumable`](Self::take_resumable)
-    /// releases it.
+    /// [`push_with`](Self::push_with) for a subscription without a rate limit.
     pub fn push(
         &mut self,
         job: Job<P>,
         max_in_flight: u32,
+        now: SystemTime,
+    ) -> Result<Flow, LaneError> {
+        self.push_with(job, LaneSettings::unlimited_rate(max_in_flight), now)
+    }
+
+    /// Buffers a fetched record; always accepted (never dropped). `settings` are the
+    /// subscription's current caps; the latest push sets them. Returns `Pause`
+    /// while the partition is over its share — at or above a partition or total
+    /// limit — until [`take_resumable`](Self::take_resumable) releases it.
+    pub fn push_with(
+        &mut self,
+        job: Job<P>,
+        settings: LaneSettings,
         now: SystemTime,
     ) -> Result<Flow, LaneError> {
         let queued = self
@@ -237,8 +279,20 @@ impl<P: Ord + Clone> Lanes<P> {
             .subs
             .entry(job.lane.subscription_id.clone())
             .or_default();
-        sub.max_in_flight = max_in_flight.max(1);
+        sub.max_in_flight = settings.max_in_flight.max(1);
         sub.queued += 1;
+        match settings.rate_per_s.and_then(RateLimit::per_second) {
+            Some(limit) => match self.buckets.entry(job.lane.subscription_id.clone()) {
+                Entry::Occupied(mut b) => b.get_mut().set_limit(limit),
+                Entry::Vacant(slot) => {
+                    slot.insert(TokenBucket::new(limit));
+                }
+            },
+            None => {
+                self.buckets.remove(&job.lane.subscription_id);
+            }
+        }
+        self.tick(now);
         let id = (job.lane.clone(), job.retry);
         let entry = Started {
             job,
@@ -254,14 +308,26 @@ impl<P: Ord + Clone> Lanes<P> {
         Ok(flow)
     }
 
-    /// Starts the head of the first lane, in round-robin order, that every cap
-    /// allows; that lane then goes to the back of the order. `None` when nothing
-    /// queued may start now (call again after a push or a completion).
+    /// [`pop_ready_at`](Self::pop_ready_at) at the latest time passed in so far
+    /// (rate limits refill nothing).
     pub fn pop_ready(&mut self) -> Option<Started<P>> {
+        let now = self.clock?;
+        self.pop_ready_at(now)
+    }
+
+    /// Starts the head of the first lane, in round-robin order, that every cap and
+    /// its subscription's rate limit allow at `now`; that lane then goes to the back
+    /// of the order. `None` when nothing queued may start now (call again after a
+    /// push, a completion or at [`next_rate_wakeup`](Self::next_rate_wakeup)).
+    pub fn pop_ready_at(&mut self, now: SystemTime) -> Option<Started<P>> {
+        let now = self.tick(now);
         if self.in_flight.len() >= self.limits.global_in_flight as usize {
             return None;
         }
-        let index = self.ring.iter().position(|id| self.head_can_start(id))?;
+        let index = self
+            .ring
+            .iter()
+            .position(|id| self.head_can_start(id, now))?;
         let id = self.ring.remove(index).expect("index from position");
         let lane = self.lanes.get_mut(&id).expect("ring and lanes agree");
         let started = lane.pop_front().expect("lanes in the ring are non-empty");
@@ -272,6 +338,10 @@ impl<P: Ord + Clone> Lanes<P> {
         }
 
         let job = &started.job;
+        if let Some(bucket) = self.buckets.get_mut(&job.lane.subscription_id) {
+            let took = bucket.try_take(now);
+            debug_assert!(took, "head_can_start checked the bucket");
+        }
         let sub = self
             .subs
             .get_mut(&job.lane.subscription_id)
@@ -297,7 +367,18 @@ impl<P: Ord + Clone> Lanes<P> {
         Some(started)
     }
 
-    fn head_can_start(&self, id: &LaneId) -> bool {
+    /// Advances the clock to `now` unless it is behind; returns the clock. Forgets
+    /// buckets that are full and whose subscription holds nothing.
+    fn tick(&mut self, now: SystemTime) -> SystemTime {
+        let now = self.clock.map_or(now, |c| c.max(now));
+        self.clock = Some(now);
+        let subs = &self.subs;
+        self.buckets
+            .retain(|sub, b| subs.contains_key(sub) || !b.is_full(now));
+        now
+    }
+
+    fn head_can_start(&self, id: &LaneId, now: SystemTime) -> bool {
         let Some(head) = self.lanes.get(id).and_then(VecDeque::front) else {
             return false;
         };
@@ -310,6 +391,34 @@ impl<P: Ord + Clone> Lanes<P> {
         sub_ok
             && tenant < self.limits.tenant_in_flight
             && (!job.retry || self.retry_in_flight < self.retry_slots)
+            && self
+                .buckets
+                .get(&job.lane.subscription_id)
+                .is_none_or(|b| b.allows(now))
+    }
+
+    /// The earliest time a subscription with queued records, held back by its rate
+    /// limit as of the latest `now`, may start one; `None` when none is held back.
+    /// (It may still wait on another cap then; a completion wakes it for that.)
+    pub fn next_rate_wakeup(&self) -> Option<SystemTime> {
+        let now = self.clock?;
+        self.rate_held()
+            .map(|b| b.next_start())
+            .filter(|t| *t > now)
+            .min()
+    }
+
+    /// Subscriptions with queued records whose rate limit holds them back now.
+    pub fn rate_limited_subscriptions(&self) -> usize {
+        self.rate_held().count()
+    }
+
+    fn rate_held(&self) -> impl Iterator<Item = &TokenBucket> {
+        let now = self.clock;
+        self.buckets.iter().filter_map(move |(sub, b)| {
+            let queued = self.subs.get(sub).is_some_and(|s| s.queued > 0);
+            (queued && now.is_some_and(|now| !b.allows(now))).then_some(b)
+        })
     }
 
     /// Frees the slots of a started job (whatever its outcome). Caps and buffer
@@ -484,3 +593,7 @@ impl<P: Ord + Clone> Lanes<P> {
 #[cfg(test)]
 #[path = "lanes_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "lanes_rate_tests.rs"]
+mod rate_tests;

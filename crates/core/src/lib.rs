@@ -1,6 +1,7 @@
 //! Pure decisions of hookline: classification, retry ladder, due scheduling,
-//! offset watermarks, fair lanes and subscription matching. No I/O and no clock
-//! reads: `now` and jitter are arguments, so every decision is exactly testable.
+//! offset watermarks, fair lanes with rate limits and subscription matching. No
+//! I/O and no clock reads: `now` and jitter are arguments, so every decision is
+//! exactly testable.
 
 pub mod classify;
 pub mod due;
@@ -8,6 +9,7 @@ pub mod egress;
 pub mod ladder;
 pub mod lanes;
 pub mod matching;
+pub mod rate;
 pub mod watermark;
 
 pub use classify::{
@@ -17,6 +19,7 @@ pub use classify::{
 pub use due::{head_decision, DueTimers, HeadDecision};
 pub use egress::{blocked_range, BlockedRange, Cidr, CidrError, EgressDenied, EgressPolicy};
 pub use ladder::{ExhaustReason, Ladder, LadderError, RetryDecision, Tier, MAX_LADDER_DURATION};
-pub use lanes::{Flow, Job, LaneError, LaneKey, LaneLimits, Lanes, Started};
+pub use lanes::{Flow, Job, LaneError, LaneKey, LaneLimits, LaneSettings, Lanes, Started};
 pub use matching::{EventTypeFilter, EventTypePattern, PatternError, MAX_PATTERN_LEN};
+pub use rate::{RateLimit, TokenBucket};
 pub use watermark::{PartitionWatermark, WatermarkError};

@@ -5,7 +5,9 @@
 //! - at least once: an offset is finished only after delivery, a durable retry or
 //!   dead-letter record, or a cancellation; only the watermark is stored;
 //! - fairness: `hookline_core::Lanes` decides what starts (per-subscription
-//!   `max_in_flight`, tenant and global caps, retry share, round-robin);
+//!   `max_in_flight` and `rate_limit_per_s`, tenant and global caps, retry share,
+//!   round-robin); a lane held back by its rate is started at its
+//!   `next_rate_wakeup` by the same timer arm as due partitions;
 //! - bounded memory: a partition over its buffer share is paused until drained;
 //! - revoke and shutdown: queued records are dropped (not attempted), in-flight
 //!   attempts get the request timeout to finish, then the watermark is stored and
@@ -28,7 +30,8 @@ use std::{
 };
 
 use hookline_core::{
-    head_decision, DueTimers, Flow, HeadDecision, Job, LaneKey, LaneLimits, Lanes, Started,
+    head_decision, DueTimers, Flow, HeadDecision, Job, LaneKey, LaneLimits, LaneSettings, Lanes,
+    Started,
 };
 use hookline_envelope::{decode, Delivery};
 use hookline_runtime::{health::Health, subscriptions::Subscriptions};
@@ -188,7 +191,12 @@ impl Engine {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.start_ready();
-            let wakeup = self.timers.next_wakeup().map(|at| {
+            // A due partition to resume or a rate-limited lane allowed to start.
+            let next = match (self.timers.next_wakeup(), self.lanes.next_rate_wakeup()) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let wakeup = next.map(|at| {
                 let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
                 tokio::time::Instant::now() + wait + WAKE_SLACK
             });
@@ -287,10 +295,14 @@ impl Engine {
                 return;
             }
         }
-        let max_in_flight = self
-            .subs
-            .get(&delivery.subscription_id)
-            .map_or(1, |s| u32::try_from(s.record.max_in_flight).unwrap_or(1));
+        // Non-positive or non-finite rates are unlimited (`LaneSettings`).
+        let settings =
+            self.subs
+                .get(&delivery.subscription_id)
+                .map_or(LaneSettings::unlimited_rate(1), |s| LaneSettings {
+                    max_in_flight: u32::try_from(s.record.max_in_flight).unwrap_or(1),
+                    rate_per_s: s.record.rate_limit_per_s,
+                });
         let job = Job {
             partition: part,
             offset,
@@ -310,7 +322,7 @@ impl Engine {
                 ready_since,
             },
         );
-        match self.lanes.push(job, max_in_flight, SystemTime::now()) {
+        match self.lanes.push_with(job, settings, SystemTime::now()) {
             Ok(Flow::Continue) => {}
             Ok(Flow::Pause) => {
                 if self.paused.insert(part) {
@@ -415,7 +427,8 @@ impl Engine {
 
     /// Starts every record the lanes allow.
     fn start_ready(&mut self) {
-        while let Some(started) = self.lanes.pop_ready() {
+        let now = SystemTime::now();
+        while let Some(started) = self.lanes.pop_ready_at(now) {
             let key = (started.job.partition, started.job.offset);
             let Some(held) = self.held.remove(&key) else {
                 tracing::error!(?key, "started a record that is not held");
@@ -570,6 +583,7 @@ impl Engine {
         metrics::gauges(&metrics::Gauges {
             in_flight: self.running.len(),
             lanes: self.lanes.lane_count(),
+            rate_limited: self.lanes.rate_limited_subscriptions(),
             buffered: self.lanes.buffered_records(),
             oldest_ready,
             tiers,

@@ -86,6 +86,7 @@ pub(crate) fn paused() {
 pub(crate) struct Gauges {
     pub in_flight: usize,
     pub lanes: usize,
+    pub rate_limited: usize,
     pub buffered: usize,
     /// Oldest ready-but-unattempted record age per input (topic label, age).
     pub oldest_ready: Vec<(&'static str, Duration)>,
@@ -103,6 +104,7 @@ pub(crate) struct TierGauges {
 pub(crate) fn gauges(g: &Gauges) {
     metrics::gauge!(m::DISPATCHER_IN_FLIGHT).set(g.in_flight as f64);
     metrics::gauge!(m::DISPATCHER_LANES).set(g.lanes as f64);
+    metrics::gauge!(m::DISPATCHER_RATE_LIMITED_SUBSCRIPTIONS).set(g.rate_limited as f64);
     metrics::gauge!(m::DISPATCHER_BUFFERED_RECORDS).set(g.buffered as f64);
     for (topic, age) in &g.oldest_ready {
         metrics::gauge!(m::DISPATCHER_OLDEST_READY_AGE, label::TOPIC => *topic)

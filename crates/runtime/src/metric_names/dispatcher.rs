@@ -8,6 +8,9 @@ pub const DISPATCHER_ATTEMPT_DURATION: &str = "hookline_dispatcher_attempt_durat
 pub const DISPATCHER_IN_FLIGHT: &str = "hookline_dispatcher_in_flight";
 /// Lanes (per subscription, first attempts and retries apart) with queued records.
 pub const DISPATCHER_LANES: &str = "hookline_dispatcher_lanes";
+/// Subscriptions with queued records held back by their `rate_limit_per_s` now.
+pub const DISPATCHER_RATE_LIMITED_SUBSCRIPTIONS: &str =
+    "hookline_dispatcher_rate_limited_subscriptions";
 /// Records buffered (queued and in flight).
 pub const DISPATCHER_BUFFERED_RECORDS: &str = "hookline_dispatcher_buffered_records";
 /// Age of the oldest ready record not yet attempted, by topic.
@@ -72,6 +75,10 @@ pub(super) fn describe() {
     );
     metrics::describe_gauge!(DISPATCHER_IN_FLIGHT, "Attempts in flight.");
     metrics::describe_gauge!(DISPATCHER_LANES, "Lanes with queued records.");
+    metrics::describe_gauge!(
+        DISPATCHER_RATE_LIMITED_SUBSCRIPTIONS,
+        "Subscriptions with queued records held back by their rate limit."
+    );
     metrics::describe_gauge!(
         DISPATCHER_BUFFERED_RECORDS,
         "Records buffered, queued or in flight."
