@@ -10,7 +10,7 @@ KAFKA := deploy/dev/kafka.sh
 WITH_KAFKA := deploy/dev/with-kafka.sh
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: build test test-rust test-python chart-test lint fmt demo kafka-up kafka-down kafka-fetch venv clean
+.PHONY: build test test-rust test-python chart-test lint fmt demo bench kafka-up kafka-down kafka-fetch venv clean
 
 build:
 	$(CARGO) build --workspace --all-targets
@@ -48,6 +48,13 @@ fmt:
 ## demo: the whole pipeline in one process on librdkafka's mock cluster (about a minute).
 demo:
 	$(CARGO) run -q -p hookline-demo --
+
+## bench: named scenarios on real Kafka with the release binaries (about 5 minutes);
+## `make bench SCENARIOS=latency` runs one; BENCH_* variables are in the README.
+SCENARIOS ?=
+bench: kafka-fetch
+	$(CARGO) build --release -p hookline-fanout -p hookline-dispatcher -p hookline-dlq-sink -p hookline-bench
+	$(WITH_KAFKA) $(CARGO) run -q --release -p hookline-bench -- $(SCENARIOS)
 
 kafka-fetch:
 	bash $(KAFKA) fetch

@@ -1,0 +1,98 @@
+//! `hookline-bench`: named scenarios run against the three release binaries on
+//! a real Kafka broker (`HOOKLINE_TEST_BROKERS`, as the tests use) with a local
+//! receiver; prints a table and writes JSON under `target/bench/`. It measures
+//! and asserts nothing about speed, but exits non-zero when a scenario fails —
+//! above all when it loses a delivery.
+//!
+//! `make bench` or `make bench SCENARIOS=latency`; parameters are `BENCH_*`
+//! environment variables (see `params.rs` and the README's Benchmarks section).
+
+mod params;
+mod pipeline;
+mod report;
+mod scenarios;
+mod stage;
+mod stats;
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use clap::Parser;
+
+use crate::{params::Params, report::Run, scenarios::Context};
+
+/// Benchmarks of the hookline pipeline on real Kafka.
+#[derive(Debug, Parser)]
+#[command(name = "hookline-bench")]
+struct Cli {
+    /// Scenarios to run, in order (default: all of throughput, latency,
+    /// isolation, retry_lateness).
+    #[arg(value_parser = clap::builder::PossibleValuesParser::new(scenarios::ALL))]
+    scenarios: Vec<String>,
+
+    /// Directory of the JSON results (default: `target/bench` beside the binaries).
+    #[arg(long)]
+    out_dir: Option<PathBuf>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let params = Params::from_env()?;
+    let names: Vec<String> = if cli.scenarios.is_empty() {
+        scenarios::ALL.iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        cli.scenarios
+    };
+    let out_dir = match cli.out_dir {
+        Some(d) => d,
+        None => stage::bin_dir()?
+            .parent()
+            .context("the binaries' directory has no parent")?
+            .join("bench"),
+    };
+    let now = chrono::Utc::now();
+    let mut run = Run {
+        started_at: now.format("%Y-%m-%d %H:%M UTC").to_string(),
+        machine: report::machine(),
+        params,
+        scenarios: Vec::new(),
+    };
+    eprintln!(
+        "hookline-bench: Kafka at {}, scenarios {}, BENCH_SECONDS={}",
+        hookline_testkit::brokers(),
+        names.join(", "),
+        run.params.seconds
+    );
+    let mut ctx = Context::default();
+    for name in &names {
+        eprintln!("hookline-bench: running {name} ...");
+        let started = std::time::Instant::now();
+        let outcome = match name.as_str() {
+            "throughput" => scenarios::throughput::run(&run.params, &mut ctx).await,
+            "latency" => scenarios::latency::run(&run.params, &mut ctx).await,
+            "isolation" => scenarios::isolation::run(&run.params, &mut ctx).await,
+            "retry_lateness" => scenarios::retry_lateness::run(&run.params, &mut ctx).await,
+            other => anyhow::bail!("unknown scenario {other}"),
+        };
+        match &outcome.error {
+            None => eprintln!(
+                "hookline-bench: {name} done in {:.0} s",
+                started.elapsed().as_secs_f64()
+            ),
+            Some(e) => eprintln!("hookline-bench: {name} FAILED: {e}"),
+        }
+        run.scenarios.push(outcome);
+    }
+    report::print(&run);
+    let path = report::write(&run, &out_dir, &now.format("%Y%m%dT%H%M%SZ").to_string())?;
+    println!("\nJSON: {} (and latest.json beside it)", path.display());
+    let failed: Vec<&str> = run
+        .scenarios
+        .iter()
+        .filter(|s| s.error.is_some())
+        .map(|s| s.scenario)
+        .collect();
+    anyhow::ensure!(failed.is_empty(), "scenarios failed: {}", failed.join(", "));
+    Ok(())
+}

@@ -1,0 +1,75 @@
+//! The bench's parameters, all from `BENCH_*` environment variables so
+//! `make bench` passes them through untouched.
+
+use serde::Serialize;
+
+/// Parameters shared by the scenarios.
+#[derive(Debug, Clone, Serialize)]
+pub struct Params {
+    /// `BENCH_SECONDS`: the measured window of throughput and latency; every
+    /// other phase is scaled from it.
+    pub seconds: u64,
+    /// `BENCH_FANOUT`: subscriptions per event (per tenant).
+    pub fanout: usize,
+    /// `BENCH_PAYLOAD`: payload bytes per event.
+    pub payload: usize,
+    /// `BENCH_TENANTS`: tenants of the throughput and latency scenarios.
+    pub tenants: usize,
+    /// `BENCH_BACKLOG`: most deliveries in the pipeline while measuring throughput.
+    pub backlog: usize,
+    /// `BENCH_RATE`: events/s of the latency scenario (default: 30% of the
+    /// throughput measured in the same run, else 100).
+    pub rate: Option<f64>,
+    /// `BENCH_SLOW_MS`: response time of the whale's endpoint.
+    pub slow_ms: u64,
+    /// `BENCH_WHALE_DELIVERIES`: the whale's backlog.
+    pub whale_deliveries: usize,
+    /// `BENCH_SMALL_RATE`: the small tenant's events/s in the isolation scenario.
+    pub small_rate: f64,
+    /// `BENCH_RETRY_ENDPOINTS`: endpoints (one delivery each) of retry_lateness.
+    pub retry_endpoints: usize,
+    /// `BENCH_RETRY_FAILS`: failures (503) each of them answers before 204.
+    pub retry_fails: u32,
+}
+
+fn env<T: std::str::FromStr>(name: &str) -> anyhow::Result<Option<T>> {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| anyhow::anyhow!("{name}={v:?} is not a valid number")),
+        _ => Ok(None),
+    }
+}
+
+impl Params {
+    pub fn from_env() -> anyhow::Result<Self> {
+        let seconds = env("BENCH_SECONDS")?.unwrap_or(30u64).max(1);
+        let p = Self {
+            seconds,
+            fanout: env("BENCH_FANOUT")?.unwrap_or(3usize).max(1),
+            payload: env("BENCH_PAYLOAD")?.unwrap_or(512usize),
+            tenants: env("BENCH_TENANTS")?.unwrap_or(20usize).max(1),
+            backlog: env("BENCH_BACKLOG")?.unwrap_or(20_000usize).max(100),
+            rate: env("BENCH_RATE")?,
+            slow_ms: env("BENCH_SLOW_MS")?.unwrap_or(200u64),
+            // About as many as the whale's 32 slots drain in BENCH_SECONDS at
+            // 200 ms each: thousands.
+            whale_deliveries: env("BENCH_WHALE_DELIVERIES")?.unwrap_or(150 * seconds as usize),
+            small_rate: env("BENCH_SMALL_RATE")?.unwrap_or(20.0f64),
+            retry_endpoints: env("BENCH_RETRY_ENDPOINTS")?.unwrap_or(100usize).max(1),
+            retry_fails: env("BENCH_RETRY_FAILS")?.unwrap_or(3u32),
+        };
+        if let Some(rate) = p.rate {
+            anyhow::ensure!(rate > 0.0, "BENCH_RATE must be positive");
+        }
+        anyhow::ensure!(p.small_rate > 0.0, "BENCH_SMALL_RATE must be positive");
+        Ok(p)
+    }
+
+    /// `BENCH_SECONDS` as a duration times `factor`.
+    pub fn scaled(&self, factor: f64) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.seconds as f64 * factor)
+    }
+}

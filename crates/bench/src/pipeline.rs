@@ -1,0 +1,477 @@
+//! One scenario's pipeline: its own topics (unique prefix), subscriptions,
+//! a local receiver, and the three stages as release processes with their own
+//! groups. Events carry their production time in the payload, so the receiver's
+//! arrival time gives the end-to-end wait. Every expected delivery id is kept,
+//! so a lost delivery is counted, never assumed away.
+
+use std::{
+    collections::{HashMap, HashSet},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use anyhow::{bail, Context};
+use hookline_envelope::{delivery_id, encode, DomainEvent, Subscription, Topics};
+use hookline_testkit::{
+    kafka,
+    receiver::{Receiver, Recorded},
+};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde::{Deserialize, Serialize};
+use tempfile::TempDir;
+
+use crate::stage::{usage_of, Stage, Usage};
+
+/// The signing secret every bench subscription names.
+const SECRET_REF: &str = "bench";
+const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n";
+
+/// How a scenario's pipeline is set up.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub scenario: &'static str,
+    /// Partitions of every topic.
+    pub partitions: i32,
+    /// The retry ladder (name, delay); empty for the default ladder.
+    pub tiers: Vec<(String, Duration)>,
+    /// Extra dispatcher flags.
+    pub dispatcher_args: Vec<String>,
+}
+
+impl Spec {
+    pub fn new(scenario: &'static str) -> Self {
+        Self {
+            scenario,
+            partitions: 3,
+            tiers: Vec::new(),
+            dispatcher_args: Vec::new(),
+        }
+    }
+}
+
+/// Resource use of each stage (and of the bench process) over one scenario.
+#[derive(Debug, Clone, Serialize)]
+pub struct StageUsage {
+    pub stage: &'static str,
+    #[serde(flatten)]
+    pub usage: Usage,
+}
+
+/// The running pipeline of one scenario.
+pub struct Pipeline {
+    pub topics: Topics,
+    pub receiver: Receiver,
+    pub producer: FutureProducer,
+    pub groups: Groups,
+    stages: Vec<Stage>,
+    bench_cpu_at_start: f64,
+    dir: TempDir,
+    expected: HashSet<String>,
+    subs_by_tenant: HashMap<String, Vec<String>>,
+    spec: Spec,
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("topics", &self.topics)
+            .field("receiver", &self.receiver.addr())
+            .field("stages", &self.stages)
+            .field("dir", &self.dir.path())
+            .field("expected", &self.expected.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Consumer groups of the stages.
+#[derive(Debug, Clone)]
+pub struct Groups {
+    pub fanout: String,
+}
+
+/// What the receiver got, checked against what was expected.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Tally {
+    pub expected: usize,
+    pub delivered: usize,
+    pub duplicates: usize,
+    pub failed_attempts: usize,
+    pub dead_letters: i64,
+}
+
+/// The time stamp every bench payload starts with.
+#[derive(Debug, Deserialize)]
+struct Stamp {
+    sent_us: i64,
+}
+
+pub fn now_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default()
+}
+
+/// Microseconds since the epoch of a wall-clock time.
+pub fn epoch_us(t: SystemTime) -> i64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or_default()
+}
+
+/// The production time written into a bench payload, if it is one.
+pub fn sent_us(body: &[u8]) -> Option<i64> {
+    serde_json::from_slice::<Stamp>(body)
+        .ok()
+        .map(|s| s.sent_us)
+}
+
+/// A JSON payload of about `size` bytes stamped with the time of this call.
+pub fn payload(seq: u64, size: usize) -> Vec<u8> {
+    let mut s = format!(r#"{{"sent_us":{},"seq":{seq},"pad":""#, now_us());
+    let pad = size.saturating_sub(s.len() + 2);
+    s.extend(std::iter::repeat_n('x', pad));
+    s.push_str("\"}");
+    s.into_bytes()
+}
+
+impl Pipeline {
+    /// Topics and receiver; stages start with [`start`](Self::start) once the
+    /// subscriptions are in.
+    pub async fn create(spec: Spec) -> anyhow::Result<Self> {
+        let prefix = format!(
+            "{}.",
+            kafka::unique_name(&format!("bench-{}", spec.scenario))
+        );
+        let tier_names: Vec<&str> = spec.tiers.iter().map(|(n, _)| n.as_str()).collect();
+        let topics = if tier_names.is_empty() {
+            Topics::with_prefix(&prefix)?
+        } else {
+            Topics::new(&prefix, &tier_names)?
+        };
+        let plain: Vec<(&str, i32)> = topics
+            .all()
+            .into_iter()
+            .filter(|t| *t != topics.subscriptions())
+            .map(|t| (t, spec.partitions))
+            .collect();
+        kafka::create_topics(&plain, &[]).await?;
+        kafka::create_topics(
+            &[(topics.subscriptions(), spec.partitions)],
+            &[("cleanup.policy", "compact")],
+        )
+        .await?;
+        let dir = tempfile::Builder::new()
+            .prefix("hookline-bench-")
+            .tempdir()?;
+        std::fs::create_dir(dir.path().join("secrets"))?;
+        std::fs::write(dir.path().join("secrets").join(SECRET_REF), SECRET)?;
+        Ok(Self {
+            groups: Groups {
+                fanout: format!("{prefix}fanout"),
+            },
+            topics,
+            receiver: Receiver::start().await?,
+            producer: kafka::producer(),
+            stages: Vec::new(),
+            bench_cpu_at_start: {
+                // Resets this process's VmHWM, so its peak is this scenario's.
+                let _ = std::fs::write("/proc/self/clear_refs", "5");
+                usage_of("self")?.cpu_s
+            },
+            dir,
+            expected: HashSet::new(),
+            subs_by_tenant: HashMap::new(),
+            spec,
+        })
+    }
+
+    /// An enabled subscription of `tenant` to every event type, POSTing to `path`.
+    pub fn subscription(
+        &self,
+        id: &str,
+        tenant: &str,
+        path: &str,
+        max_in_flight: i32,
+    ) -> Subscription {
+        Subscription {
+            subscription_id: id.to_owned(),
+            tenant_id: tenant.to_owned(),
+            url: self.receiver.url(path),
+            event_types: vec!["*".to_owned()],
+            secret_ref: SECRET_REF.to_owned(),
+            enabled: true,
+            max_in_flight,
+            rate_limit_per_s: None,
+            version: 1,
+            updated_at: now_us() / 1000,
+        }
+    }
+
+    /// Writes subscriptions to the compacted topic (before `start`, so both
+    /// fanout and dispatcher load them while catching up).
+    pub async fn put_subscriptions(&mut self, subs: &[Subscription]) -> anyhow::Result<()> {
+        kafka::produce_many(
+            &self.producer,
+            self.topics.subscriptions(),
+            subs.iter()
+                .map(|s| (s.subscription_id.clone().into_bytes(), encode(s))),
+        )
+        .await?;
+        for s in subs {
+            self.subs_by_tenant
+                .entry(s.tenant_id.clone())
+                .or_default()
+                .push(s.subscription_id.clone());
+        }
+        Ok(())
+    }
+
+    /// Starts dlq-sink, dispatcher and fanout, each waited for until ready.
+    pub async fn start(&mut self) -> anyhow::Result<()> {
+        let brokers = kafka::brokers();
+        let prefix = self.topics.prefix().to_owned();
+        let dir = self.dir.path().to_path_buf();
+        let common = |group: &str| -> Vec<String> {
+            [
+                "--brokers",
+                &brokers,
+                "--topic-prefix",
+                &prefix,
+                "--http-addr",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--log",
+                "warn,hookline_runtime::ops=info",
+                "--group-id",
+                group,
+            ]
+            .map(str::to_owned)
+            .to_vec()
+        };
+        let mut sink = common(&format!("{prefix}dlq-sink"));
+        sink.extend([
+            "--archive-url".to_owned(),
+            dir.join("archive").display().to_string(),
+        ]);
+        self.stages.push(
+            Stage::start(
+                "dlq-sink",
+                "hookline-dlq-sink",
+                &sink,
+                &dir.join("dlq-sink.log"),
+            )
+            .await?,
+        );
+
+        let mut dispatcher = common(&format!("{prefix}dispatcher"));
+        dispatcher.extend(
+            [
+                "--secrets-dir",
+                &dir.join("secrets").display().to_string(),
+                "--egress-allow-http",
+                "--egress-allow-cidr",
+                "127.0.0.0/8",
+            ]
+            .map(str::to_owned),
+        );
+        if !self.spec.tiers.is_empty() {
+            let ladder: Vec<String> = self
+                .spec
+                .tiers
+                .iter()
+                .map(|(n, d)| format!("{n}={}s", d.as_secs()))
+                .collect();
+            dispatcher.extend(["--retry-tiers".to_owned(), ladder.join(",")]);
+        }
+        dispatcher.extend(self.spec.dispatcher_args.iter().cloned());
+        self.stages.push(
+            Stage::start(
+                "dispatcher",
+                "hookline-dispatcher",
+                &dispatcher,
+                &dir.join("dispatcher.log"),
+            )
+            .await?,
+        );
+
+        let mut fanout = common(&self.groups.fanout);
+        fanout.extend([
+            "--transactional-id".to_owned(),
+            format!("{prefix}fanout-txn"),
+        ]);
+        self.stages.push(
+            Stage::start(
+                "fanout",
+                "hookline-fanout",
+                &fanout,
+                &dir.join("fanout.log"),
+            )
+            .await?,
+        );
+        Ok(())
+    }
+
+    pub fn stage(&self, name: &str) -> anyhow::Result<&Stage> {
+        self.stages
+            .iter()
+            .find(|s| s.name == name)
+            .with_context(|| format!("no stage {name}"))
+    }
+
+    /// An event of `tenant` with a stamped payload; its deliveries (one per
+    /// subscription of the tenant) are added to the expected set.
+    pub fn event(&mut self, seq: u64, tenant: &str, payload_size: usize) -> (Vec<u8>, Vec<u8>) {
+        let event_id = format!("{}-{seq}", self.spec.scenario);
+        for sub in self.subs_by_tenant.get(tenant).into_iter().flatten() {
+            self.expected.insert(delivery_id(&event_id, sub));
+        }
+        let event = DomainEvent {
+            event_id,
+            tenant_id: tenant.to_owned(),
+            event_type: "bench.created".to_owned(),
+            occurred_at: now_us() / 1000,
+            content_type: "application/json".to_owned(),
+            payload: payload(seq, payload_size),
+            attributes: Default::default(),
+        };
+        (tenant.as_bytes().to_vec(), encode(&event))
+    }
+
+    /// Produces events and waits for their acknowledgements.
+    pub async fn produce(&self, events: Vec<(Vec<u8>, Vec<u8>)>) -> anyhow::Result<usize> {
+        kafka::produce_many(&self.producer, self.topics.events(), events).await
+    }
+
+    /// Sends one event without waiting for its acknowledgement (for pacing).
+    pub fn send(
+        &self,
+        (key, value): &(Vec<u8>, Vec<u8>),
+    ) -> anyhow::Result<rdkafka::producer::DeliveryFuture> {
+        self.producer
+            .send_result(
+                FutureRecord::to(self.topics.events())
+                    .key(key)
+                    .payload(value),
+            )
+            .map_err(|(e, _)| anyhow::anyhow!("producing an event: {e}"))
+    }
+
+    pub fn expected(&self) -> usize {
+        self.expected.len()
+    }
+
+    /// Waits until the receiver has had `requests` requests, giving up when
+    /// none arrives for `stall`; returns whether the count was reached.
+    pub async fn wait_for_requests(&self, requests: usize, stall: Duration) -> bool {
+        let mut last = self.receiver.count();
+        let mut changed = tokio::time::Instant::now();
+        loop {
+            let n = self.receiver.count();
+            if n >= requests {
+                return true;
+            }
+            if n != last {
+                (last, changed) = (n, tokio::time::Instant::now());
+            } else if changed.elapsed() >= stall {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits for every expected delivery (giving up when no request arrives
+    /// for `stall`) and counts them; an error if any is missing or unexpected.
+    pub async fn settle(&self, stall: Duration) -> anyhow::Result<Tally> {
+        self.wait_for_requests(self.expected.len(), stall).await;
+        // With retries the request count is reached before the last success:
+        // wait on the delivered set itself.
+        while self.tally_local().delivered < self.expected.len() {
+            if !self
+                .wait_for_requests(self.receiver.count() + 1, stall)
+                .await
+            {
+                break;
+            }
+        }
+        let requests = self.receiver.requests();
+        let mut tally = self.tally_of(&requests);
+        tally.dead_letters = kafka::group_progress(
+            &format!("{}dlq-sink", self.topics.prefix()),
+            self.topics.dlq(),
+        )
+        .await?
+        .1;
+        let unexpected = requests
+            .iter()
+            .filter(|r| (200..300).contains(&r.status))
+            .map(|r| r.header("webhook-id"))
+            .filter(|id| !self.expected.contains(*id))
+            .collect::<HashSet<&str>>()
+            .len();
+        drop(requests);
+        if tally.delivered < tally.expected || unexpected > 0 {
+            bail!(
+                "LOST DELIVERIES in {}: {} of {} expected deliveries arrived ({} missing, {unexpected} unexpected ids, {} dead letters); logs in {}",
+                self.spec.scenario,
+                tally.delivered,
+                tally.expected,
+                tally.expected - tally.delivered.min(tally.expected),
+                tally.dead_letters,
+                self.dir.path().display()
+            );
+        }
+        Ok(tally)
+    }
+
+    fn tally_local(&self) -> Tally {
+        self.tally_of(&self.receiver.requests())
+    }
+
+    fn tally_of(&self, requests: &[Recorded]) -> Tally {
+        let ok: Vec<&str> = requests
+            .iter()
+            .filter(|r| (200..300).contains(&r.status))
+            .map(|r| r.header("webhook-id"))
+            .collect();
+        let distinct: HashSet<&str> = ok.iter().copied().collect();
+        Tally {
+            expected: self.expected.len(),
+            delivered: distinct
+                .iter()
+                .filter(|id| self.expected.contains(**id))
+                .count(),
+            duplicates: ok.len() - distinct.len(),
+            failed_attempts: requests.len() - ok.len(),
+            dead_letters: 0,
+        }
+    }
+
+    /// Stops every stage (fanout first, so nothing new flows) and returns the
+    /// CPU and peak RSS of each, plus the bench process's own CPU over the scenario.
+    pub async fn stop(mut self) -> anyhow::Result<Vec<StageUsage>> {
+        let mut out = Vec::new();
+        let mut first_error = None;
+        while let Some(stage) = self.stages.pop() {
+            let name = stage.name;
+            match stage.stop().await {
+                Ok(usage) => out.push(StageUsage { stage: name, usage }),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        let me = usage_of("self")?;
+        out.push(StageUsage {
+            stage: "bench (producer + receiver)",
+            usage: Usage {
+                cpu_s: me.cpu_s - self.bench_cpu_at_start,
+                peak_rss_mib: me.peak_rss_mib,
+            },
+        });
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+}

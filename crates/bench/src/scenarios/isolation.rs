@@ -1,0 +1,148 @@
+//! `isolation`: a small tenant's wait (produced → received) while a whale
+//! tenant's backlog of thousands of deliveries drains through a slow endpoint,
+//! against the same small tenant alone. Every topic has one partition, so the
+//! whale and the small tenant share the dispatcher's partition — the worst
+//! case: only the dispatcher's lanes and caps keep them apart.
+
+use std::time::{Duration, Instant};
+
+use hookline_testkit::receiver::Behaviour;
+
+use super::{pace, waits_ms, warm_up, Context, STALL};
+use crate::{
+    params::Params,
+    pipeline::{now_us, Pipeline, Spec},
+    report::Outcome,
+    stats::{ms, Summary},
+};
+
+const WHALE_SUBSCRIPTIONS: usize = 8;
+const MAX_IN_FLIGHT: i32 = 4;
+
+pub async fn run(params: &Params, _ctx: &mut Context) -> Outcome {
+    let mut out = Outcome::new("isolation");
+    let mut spec = Spec::new("isolation");
+    spec.partitions = 1;
+    let mut p = match Pipeline::create(spec).await {
+        Ok(p) => p,
+        Err(e) => return out.failed(e),
+    };
+    let result = body(&mut p, params, &mut out).await;
+    out.finish(p, result).await
+}
+
+async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::Result<()> {
+    let slow = Duration::from_millis(params.slow_ms);
+    p.receiver.set("/whale", Behaviour::default().delay(slow));
+    let mut subs = vec![p.subscription("small-s0", "small", "/small", MAX_IN_FLIGHT)];
+    subs.extend(
+        (0..WHALE_SUBSCRIPTIONS)
+            .map(|i| p.subscription(&format!("whale-s{i}"), "whale", "/whale", MAX_IN_FLIGHT)),
+    );
+    p.put_subscriptions(&subs).await?;
+    p.start().await?;
+    let mut seq = 0;
+    warm_up(p, &mut seq, &["small".to_owned()], params.payload).await?;
+
+    // Baseline: the small tenant alone.
+    let alone_for = params.scaled(0.5);
+    let alone_from = now_us();
+    pace(
+        p,
+        &mut seq,
+        params.small_rate,
+        alone_for,
+        params.payload,
+        |_| "small".into(),
+        |_| false,
+    )
+    .await?;
+    anyhow::ensure!(
+        p.wait_for_requests(p.expected(), STALL).await,
+        "baseline: the small tenant's deliveries did not all arrive"
+    );
+    let alone = Summary::of(waits_ms(&p.receiver.requests_to("/small"), |_, sent| {
+        sent >= alone_from
+    }));
+
+    // The whale's backlog in one go, then the small tenant at the same rate
+    // for as long as the whale drains (bounded).
+    let whale_events = params.whale_deliveries.div_ceil(WHALE_SUBSCRIPTIONS);
+    let whale_total = whale_events * WHALE_SUBSCRIPTIONS;
+    let whale_from = now_us();
+    let backlog: Vec<_> = (0..whale_events)
+        .map(|_| {
+            seq += 1;
+            p.event(seq, "whale", params.payload)
+        })
+        .collect();
+    p.produce(backlog).await?;
+    let drain_started = Instant::now();
+    let longest = params.scaled(3.0).max(Duration::from_secs(60));
+    pace(
+        p,
+        &mut seq,
+        params.small_rate,
+        longest,
+        params.payload,
+        |_| "small".into(),
+        |p| p.receiver.requests_to("/whale").len() >= whale_total,
+    )
+    .await?;
+    let tally = p.settle(STALL).await?;
+    let whale = p.receiver.requests_to("/whale");
+    let whale_done = whale.iter().map(|r| r.at).max().unwrap_or(drain_started);
+    let whale_done_us = whale
+        .iter()
+        .map(|r| crate::pipeline::epoch_us(r.received_at))
+        .max()
+        .unwrap_or(whale_from);
+    let drain_secs = whale_done.duration_since(drain_started).as_secs_f64();
+    let during = Summary::of(waits_ms(&p.receiver.requests_to("/small"), |_, sent| {
+        sent >= whale_from && sent <= whale_done_us
+    }));
+
+    out.settings = serde_json::json!({
+        "partitions": 1,
+        "small_rate_events_per_s": params.small_rate,
+        "baseline_s": alone_for.as_secs_f64(),
+        "whale_subscriptions": WHALE_SUBSCRIPTIONS,
+        "max_in_flight_per_subscription": MAX_IN_FLIGHT,
+        "whale_endpoint_ms": params.slow_ms,
+        "whale_deliveries": whale_total,
+    });
+    out.figure(
+        "small alone p50/p99",
+        format!(
+            "{} / {} (n={})",
+            ms(alone.p50_ms),
+            ms(alone.p99_ms),
+            alone.n
+        ),
+        "small_alone",
+        alone,
+    );
+    out.figure(
+        "small during whale p50/p99",
+        format!(
+            "{} / {} (n={})",
+            ms(during.p50_ms),
+            ms(during.p99_ms),
+            during.n
+        ),
+        "small_during_whale",
+        during,
+    );
+    out.figure(
+        "whale backlog",
+        format!(
+            "{whale_total} deliveries through a {} ms endpoint drained in {drain_secs:.1} s ({:.0}/s)",
+            params.slow_ms,
+            whale_total as f64 / drain_secs.max(1e-9)
+        ),
+        "whale_drain_s",
+        drain_secs,
+    );
+    out.deliveries = Some(tally);
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! `throughput`: the pipeline kept saturated for `BENCH_SECONDS` — events are
+//! produced as fast as the pipeline drains them, with at most `BENCH_BACKLOG`
+//! deliveries in flight so the final drain is short — and measured over the
+//! window after a warm-up: events/s consumed by fanout (its committed offsets)
+//! and deliveries/s received (the receiver answers 204).
+
+use std::time::Duration;
+
+use hookline_testkit::kafka;
+use tokio::time::Instant;
+
+use super::{warm_up, Context, STALL};
+use crate::{
+    params::Params,
+    pipeline::{Pipeline, Spec},
+    report::Outcome,
+};
+
+/// Events per produce call.
+const BATCH: usize = 500;
+
+pub async fn run(params: &Params, ctx: &mut Context) -> Outcome {
+    let mut out = Outcome::new("throughput");
+    let mut p = match Pipeline::create(Spec::new("throughput")).await {
+        Ok(p) => p,
+        Err(e) => return out.failed(e),
+    };
+    let result = body(&mut p, params, ctx, &mut out).await;
+    out.finish(p, result).await
+}
+
+async fn body(
+    p: &mut Pipeline,
+    params: &Params,
+    ctx: &mut Context,
+    out: &mut Outcome,
+) -> anyhow::Result<()> {
+    let tenants: Vec<String> = (0..params.tenants).map(|t| format!("t{t}")).collect();
+    let subs: Vec<_> = tenants
+        .iter()
+        .flat_map(|t| (0..params.fanout).map(move |s| (t.clone(), s)))
+        .map(|(t, s)| p.subscription(&format!("{t}-s{s}"), &t, "/ok", 16))
+        .collect();
+    p.put_subscriptions(&subs).await?;
+    p.start().await?;
+    let mut seq = 0;
+    warm_up(p, &mut seq, &tenants, params.payload).await?;
+
+    let ramp = params.scaled(1.0 / 6.0);
+    let window = params.scaled(1.0);
+    out.settings = serde_json::json!({
+        "tenants": params.tenants,
+        "subscriptions": subs.len(),
+        "max_in_flight_per_subscription": 16,
+        "backlog_cap_deliveries": params.backlog,
+        "ramp_s": ramp.as_secs_f64(),
+        "window_s": window.as_secs_f64(),
+        "partitions": 3,
+    });
+    let start = Instant::now();
+    let mut window_start: Option<(Instant, usize, i64)> = None;
+    let mut slices: Vec<(Instant, usize)> = Vec::new();
+    let end = loop {
+        let now = Instant::now();
+        if window_start.is_none() && now >= start + ramp {
+            let (committed, _) = kafka::group_progress(&p.groups.fanout, p.topics.events()).await?;
+            window_start = Some((Instant::now(), p.receiver.count(), committed));
+            slices.push((Instant::now(), p.receiver.count()));
+        }
+        if let Some((t0, _, _)) = window_start {
+            if slices
+                .last()
+                .is_some_and(|(t, _)| t.elapsed() >= Duration::from_secs(5))
+            {
+                slices.push((Instant::now(), p.receiver.count()));
+            }
+            if now >= t0 + window {
+                let (committed, _) =
+                    kafka::group_progress(&p.groups.fanout, p.topics.events()).await?;
+                break (Instant::now(), p.receiver.count(), committed);
+            }
+        }
+        let in_flight = p.expected().saturating_sub(p.receiver.count());
+        let room = params.backlog.saturating_sub(in_flight) / params.fanout;
+        if room >= BATCH.min(params.backlog / params.fanout / 4).max(1) {
+            let events = (0..room.min(BATCH))
+                .map(|_| {
+                    seq += 1;
+                    p.event(seq, &tenants[seq as usize % tenants.len()], params.payload)
+                })
+                .collect();
+            p.produce(events).await?;
+        } else {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    let (t0, count0, committed0) = window_start.unwrap_or(end);
+    let secs = end.0.duration_since(t0).as_secs_f64().max(1e-9);
+    let events_per_s = (end.2 - committed0) as f64 / secs;
+    let deliveries_per_s = (end.1 - count0) as f64 / secs;
+    let slice_rates: Vec<f64> = slices
+        .windows(2)
+        .map(|w| (w[1].1 - w[0].1) as f64 / w[1].0.duration_since(w[0].0).as_secs_f64())
+        .collect();
+    let (lo, hi) = slice_rates
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
+            (lo.min(*r), hi.max(*r))
+        });
+    ctx.throughput_events_per_s = Some(events_per_s);
+
+    let tally = p.settle(STALL).await?;
+    out.figure(
+        "events/s in (fanout)",
+        format!("{events_per_s:.0}"),
+        "events_per_s",
+        events_per_s,
+    );
+    out.figure(
+        "deliveries/s out",
+        format!("{deliveries_per_s:.0}"),
+        "deliveries_per_s",
+        deliveries_per_s,
+    );
+    out.figure(
+        "deliveries/s, 5 s slices",
+        if slice_rates.is_empty() {
+            "n/a".to_owned()
+        } else {
+            format!("min {lo:.0}, max {hi:.0}")
+        },
+        "deliveries_per_s_slices",
+        &slice_rates,
+    );
+    out.figure(
+        "measured window",
+        format!(
+            "{secs:.1} s, {} deliveries, fan-out {}, {} B payload",
+            end.1 - count0,
+            params.fanout,
+            params.payload
+        ),
+        "window_s",
+        secs,
+    );
+    out.deliveries = Some(tally);
+    Ok(())
+}
