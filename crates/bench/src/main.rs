@@ -68,12 +68,19 @@ async fn main() -> anyhow::Result<()> {
     for name in &names {
         eprintln!("hookline-bench: running {name} ...");
         let started = std::time::Instant::now();
-        let outcome = match name.as_str() {
-            "throughput" => scenarios::throughput::run(&run.params, &mut ctx).await,
-            "latency" => scenarios::latency::run(&run.params, &mut ctx).await,
-            "isolation" => scenarios::isolation::run(&run.params, &mut ctx).await,
-            "retry_lateness" => scenarios::retry_lateness::run(&run.params, &mut ctx).await,
-            other => anyhow::bail!("unknown scenario {other}"),
+        let scenario = async {
+            match name.as_str() {
+                "throughput" => Ok(scenarios::throughput::run(&run.params, &mut ctx).await),
+                "latency" => Ok(scenarios::latency::run(&run.params, &mut ctx).await),
+                "isolation" => Ok(scenarios::isolation::run(&run.params, &mut ctx).await),
+                "retry_lateness" => Ok(scenarios::retry_lateness::run(&run.params, &mut ctx).await),
+                other => Err(anyhow::anyhow!("unknown scenario {other}")),
+            }
+        };
+        // On Ctrl-C the scenario is dropped, and with it its stages (killed on drop).
+        let outcome = tokio::select! {
+            outcome = scenario => outcome?,
+            _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted during {name}; its stages were killed"),
         };
         match &outcome.error {
             None => eprintln!(
