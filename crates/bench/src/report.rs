@@ -117,10 +117,14 @@ pub fn machine() -> Value {
 pub fn print(run: &Run) {
     println!();
     println!(
-        "hookline bench — {} — {} cores, {} GiB — BENCH_SECONDS={} fan-out={} payload={} B",
+        "hookline bench — {} — {} cores, {} GiB, load average at start {} — BENCH_SECONDS={} fan-out={} payload={} B",
         run.started_at,
         run.machine["cores"],
         run.machine["mem_gib"],
+        run.machine["loadavg_at_start"]
+            .as_str()
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap_or("?"),
         run.params.seconds,
         run.params.fanout,
         run.params.payload
