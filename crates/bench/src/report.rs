@@ -166,10 +166,10 @@ pub fn print(run: &Run) {
     for s in &run.scenarios {
         let mut name = s.scenario;
         for u in &s.stages {
-            println!(
-                "{name:<16} {:<28} {:>8.1} {:>14.0}",
-                u.stage, u.usage.cpu_s, u.usage.peak_rss_mib
-            );
+            let rss = u
+                .peak_rss_mib
+                .map_or_else(|| "-".to_owned(), |m| format!("{m:.0}"));
+            println!("{name:<16} {:<28} {:>8.1} {rss:>14}", u.stage, u.cpu_s);
             name = "";
         }
     }
