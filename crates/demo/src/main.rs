@@ -161,7 +161,11 @@ async fn main() -> anyhow::Result<()> {
 
     let stop = CancellationToken::new();
     let stages = start_stages(&brokers, secrets.path(), archive.path(), &stop)?;
-    let tracker = progress::Tracker::start(&brokers, &topics, stop.child_token())?;
+    let labels = LADDER
+        .iter()
+        .map(|(tier, delay)| ((*tier).to_owned(), format!("retry {delay}")))
+        .collect();
+    let tracker = progress::Tracker::start(&brokers, &topics, labels, stop.child_token())?;
     let tenants = scenario::tenants();
 
     // Publish: events round-robin over tenants and types, plus two undecodable

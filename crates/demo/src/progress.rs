@@ -36,6 +36,8 @@ pub struct Tracker {
     expected: Arc<Mutex<HashMap<String, Expected>>>,
     seen: Arc<Mutex<Seen>>,
     tiers: Vec<String>,
+    /// Column header per tier (its delay in this demo).
+    labels: HashMap<String, String>,
 }
 
 /// Counts of one tenant (or all).
@@ -70,7 +72,12 @@ impl Counts {
 
 impl Tracker {
     /// Starts reading the retry tiers, the DLQ and the quarantine topic.
-    pub fn start(brokers: &str, topics: &Topics, stop: CancellationToken) -> anyhow::Result<Self> {
+    pub fn start(
+        brokers: &str,
+        topics: &Topics,
+        labels: HashMap<String, String>,
+        stop: CancellationToken,
+    ) -> anyhow::Result<Self> {
         let consumer: StreamConsumer = ClientConfig::new()
             .set("bootstrap.servers", brokers)
             .set("group.id", "hookline-demo-watch")
@@ -89,6 +96,7 @@ impl Tracker {
             expected: Arc::default(),
             seen: Arc::default(),
             tiers: topics.retries().map(|(t, _)| t.to_owned()).collect(),
+            labels,
         };
         let seen = Arc::clone(&tracker.seen);
         let tier_topics: HashMap<String, String> = topics
@@ -175,7 +183,12 @@ impl Tracker {
         let tiers = self
             .tiers
             .iter()
-            .map(|t| format!("{:>9}", t.trim_start_matches("retry-")))
+            .map(|t| {
+                format!(
+                    "{:>9}",
+                    self.labels.get(t).map_or(t.as_str(), String::as_str)
+                )
+            })
             .collect::<String>();
         let _ = writeln!(
             out,
