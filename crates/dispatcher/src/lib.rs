@@ -122,28 +122,21 @@ async fn run_stage(
     if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
         return Ok(());
     }
-    let table_stop = CancellationToken::new();
-    let (subs, table_task) = subscriptions::follow(
+    let table = topics.subscriptions().to_owned();
+    subscriptions::run_with_table(
         &config.common,
-        topics.subscriptions(),
+        &table,
         STAGE,
-        Some(ops.health.clone()),
-        table_stop.clone(),
-    )?;
-    let result = async {
-        tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            _ = subs.wait_caught_up() => {}
-        }
-        dispatch(
-            config, settings, topics, secrets, client, subs, ops, shutdown,
-        )
-        .await
-    }
-    .await;
-    table_stop.cancel();
-    let _ = table_task.await;
-    result
+        &ops.health,
+        shutdown,
+        |subs| {
+            dispatch(
+                config, settings, topics, secrets, client, subs, ops, shutdown,
+            )
+        },
+    )
+    .await
+    .map(|_| ())
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -74,26 +74,19 @@ async fn run_stage(
     if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
         return Ok(());
     }
-    let table_stop = CancellationToken::new();
-    let (subs, table_task) = subscriptions::follow(
+    subscriptions::run_with_table(
         &config.common,
         topics.subscriptions(),
         STAGE,
-        Some(ops.health.clone()),
-        table_stop.clone(),
-    )?;
-    let result = async {
-        tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            _ = subs.wait_caught_up() => {}
-        }
-        let fanout =
-            service::FanoutLoop::new(config.clone(), topics.clone(), subs, ops.health.clone())
-                .await?;
-        fanout.run(shutdown.clone()).await
-    }
-    .await;
-    table_stop.cancel();
-    let _ = table_task.await;
-    result
+        &ops.health,
+        shutdown,
+        |subs| async move {
+            let fanout =
+                service::FanoutLoop::new(config.clone(), topics.clone(), subs, ops.health.clone())
+                    .await?;
+            fanout.run(shutdown.clone()).await
+        },
+    )
+    .await
+    .map(|_| ())
 }

@@ -350,3 +350,40 @@ impl Follower {
         self.table.write().unwrap_or_else(|p| p.into_inner())
     }
 }
+
+/// Follows `topic`, waits until the table has caught up (or `shutdown`), runs
+/// `stage` with it, then stops the follower. The shape every stage that
+/// matches against subscriptions starts with. `Ok(None)`: shut down before the
+/// table caught up.
+pub async fn run_with_table<T, E, Fut>(
+    common: &CommonArgs,
+    topic: &str,
+    stage_name: &'static str,
+    health: &Health,
+    shutdown: &CancellationToken,
+    stage: impl FnOnce(Subscriptions) -> Fut,
+) -> Result<Option<T>, E>
+where
+    E: From<RuntimeError>,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let table_stop = CancellationToken::new();
+    let (subs, table_task) = follow(
+        common,
+        topic,
+        stage_name,
+        Some(health.clone()),
+        table_stop.clone(),
+    )?;
+    let result = async {
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            _ = subs.wait_caught_up() => {}
+        }
+        stage(subs).await.map(Some)
+    }
+    .await;
+    table_stop.cancel();
+    let _ = table_task.await;
+    result
+}

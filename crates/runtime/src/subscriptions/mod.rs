@@ -7,5 +7,5 @@
 mod follower;
 mod table;
 
-pub use follower::{follow, load_snapshot, Subscriptions};
+pub use follower::{follow, load_snapshot, run_with_table, Subscriptions};
 pub use table::{Applied, LiveSubscription, SubscriptionTable};
