@@ -8,11 +8,11 @@
 //! environment variables (see `params.rs` and the README's Benchmarks section).
 
 mod params;
-mod pipeline;
 mod report;
 mod scenarios;
-mod stage;
 mod stats;
+
+use hookline_testkit::{pipeline, stage};
 
 use std::path::PathBuf;
 

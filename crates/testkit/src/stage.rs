@@ -1,7 +1,10 @@
-//! One pipeline stage as a child process of a release binary: started with its
-//! log in a file, its ops address read from that log, measured from `/proc`
-//! (CPU seconds, peak RSS) just before it is stopped with SIGTERM. A stage that
-//! is dropped without `stop` is killed, so no process outlives the bench.
+//! One pipeline stage as a child process of a real binary (`hookline-fanout`,
+//! `hookline-dispatcher`, `hookline-dlq-sink`): started with its log in a file,
+//! its ops address read from that log, measured from `/proc` (CPU seconds, peak
+//! RSS). The bench stops stages with SIGTERM; the fault suite also kills them
+//! with SIGKILL, times their SIGTERM drain and restarts them with the same
+//! arguments. A stage that is dropped without `stop` is killed, so no process
+//! outlives the harness.
 
 use std::{
     net::SocketAddr,
@@ -38,23 +41,49 @@ pub struct Usage {
 #[derive(Debug)]
 pub struct Stage {
     pub name: &'static str,
+    bin: PathBuf,
+    args: Vec<String>,
     child: Child,
     pid: u32,
     addr: SocketAddr,
     log: PathBuf,
+    /// Times this stage was started (1 + restarts).
+    starts: u32,
 }
 
-/// The directory of the release binaries: the bench's own (it is built into
-/// the same `target/release`), or `BENCH_BIN_DIR`.
+/// How a stage ended after SIGTERM.
+#[derive(Debug, Clone, Copy)]
+pub struct Exit {
+    /// Whether it exited with status 0.
+    pub clean: bool,
+    /// The exit code, or None if a signal ended it.
+    pub code: Option<i32>,
+    /// From SIGTERM to exit.
+    pub took: Duration,
+}
+
+/// The directory of the service binaries: the harness's own (cargo builds
+/// every binary of a profile into one directory), or `HOOKLINE_BIN_DIR`.
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
-    if let Ok(dir) = std::env::var("BENCH_BIN_DIR") {
+    if let Ok(dir) = std::env::var("HOOKLINE_BIN_DIR") {
         return Ok(PathBuf::from(dir));
     }
-    let exe = std::env::current_exe().context("locating the bench binary")?;
+    let exe = std::env::current_exe().context("locating the harness binary")?;
     Ok(exe
         .parent()
-        .context("the bench binary has no directory")?
+        .context("the harness binary has no directory")?
         .to_path_buf())
+}
+
+fn signal(pid: u32, sig: &str) -> anyhow::Result<()> {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .status()
+        .with_context(|| format!("running kill -{sig}"))?;
+    if !sent.success() {
+        bail!("kill -{sig} {pid} failed: {sent}");
+    }
+    Ok(())
 }
 
 impl Stage {
@@ -69,38 +98,107 @@ impl Stage {
         let path = bin_dir()?.join(bin);
         if !path.is_file() {
             bail!(
-                "{} is missing: build the release binaries first \
-                 (cargo build --release -p hookline-fanout -p hookline-dispatcher -p hookline-dlq-sink)",
+                "{} is missing: build the service binaries first, in the harness's profile \
+                 (cargo build [--release] -p hookline-fanout -p hookline-dispatcher -p hookline-dlq-sink)",
                 path.display()
             );
         }
-        let file =
-            std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(&path)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(file.try_clone()?)
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .with_context(|| format!("starting {}", path.display()))?;
+        let child = spawn(&path, args, log, false)?;
         let pid = child.id().context("the stage exited at once")?;
         let mut stage = Self {
             name,
+            bin: path,
+            args: args.to_vec(),
             child,
             pid,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             log: log.to_path_buf(),
+            starts: 1,
         };
-        stage.addr = stage.wait_for_addr().await?;
-        stage.wait_ready().await?;
+        stage.wait_started(0).await?;
         Ok(stage)
     }
 
-    async fn wait_for_addr(&mut self) -> anyhow::Result<SocketAddr> {
+    /// Waits for the ops address (the `nth` one logged, counting from 0: a
+    /// restarted stage appends to the same log) and then for `/readyz`.
+    async fn wait_started(&mut self, nth: usize) -> anyhow::Result<()> {
+        self.addr = self.wait_for_addr(nth).await?;
+        self.wait_ready().await
+    }
+
+    /// Process id of the current incarnation.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The ops address (`/metrics`, `/healthz`, `/readyz`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Times this stage was started (1 + restarts).
+    pub fn starts(&self) -> u32 {
+        self.starts
+    }
+
+    /// Whether the process is still running (it may have crashed on its own).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILL: no drain, no commit, no flush. Waits until the process is gone.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        if self.is_running() {
+            signal(self.pid, "KILL")?;
+        }
+        self.child.wait().await?;
+        Ok(())
+    }
+
+    /// SIGTERM, then waits up to `limit` for the exit (SIGKILL after that,
+    /// reported as not clean).
+    pub async fn terminate(&mut self, limit: Duration) -> anyhow::Result<Exit> {
+        let sent = Instant::now();
+        signal(self.pid, "TERM")?;
+        match tokio::time::timeout(limit, self.child.wait()).await {
+            Ok(status) => {
+                let status = status?;
+                Ok(Exit {
+                    clean: status.success(),
+                    code: status.code(),
+                    took: sent.elapsed(),
+                })
+            }
+            Err(_) => {
+                self.child.kill().await?;
+                Ok(Exit {
+                    clean: false,
+                    code: None,
+                    took: sent.elapsed(),
+                })
+            }
+        }
+    }
+
+    /// Starts the stage again with the same binary and arguments (after
+    /// [`kill`](Self::kill) or [`terminate`](Self::terminate)), appending to the
+    /// same log, and waits until it is ready.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        if self.is_running() {
+            bail!("{} is still running (pid {})", self.name, self.pid);
+        }
+        let nth = self.starts as usize;
+        self.child = spawn(&self.bin, &self.args, &self.log, true)?;
+        self.pid = self.child.id().context("the stage exited at once")?;
+        self.starts += 1;
+        self.wait_started(nth).await
+    }
+
+    async fn wait_for_addr(&mut self, nth: usize) -> anyhow::Result<SocketAddr> {
         let deadline = Instant::now() + START_TIMEOUT;
         while Instant::now() < deadline {
-            if let Some(addr) = ops_addr_in(&std::fs::read_to_string(&self.log).unwrap_or_default())
+            if let Some(addr) =
+                ops_addrs_in(&std::fs::read_to_string(&self.log).unwrap_or_default()).nth(nth)
             {
                 return Ok(addr);
             }
@@ -153,16 +251,15 @@ impl Stage {
         }
     }
 
+    /// CPU seconds and peak RSS of the current incarnation.
+    pub fn usage(&self) -> anyhow::Result<Usage> {
+        usage_of(&self.pid.to_string())
+    }
+
     /// Reads CPU and peak RSS, then SIGTERM and waits for a clean exit.
     pub async fn stop(mut self) -> anyhow::Result<Usage> {
         let usage = usage_of(&self.pid.to_string())?;
-        let sent = std::process::Command::new("kill")
-            .args(["-TERM", &self.pid.to_string()])
-            .status()
-            .context("running kill -TERM")?;
-        if !sent.success() {
-            bail!("kill -TERM {} failed: {sent}", self.pid);
-        }
+        signal(self.pid, "TERM")?;
         match tokio::time::timeout(STOP_TIMEOUT, self.child.wait()).await {
             Ok(status) => {
                 let status = status?;
@@ -186,12 +283,30 @@ impl Stage {
     }
 }
 
-/// The ops address from the "serving /metrics" JSON log line.
-fn ops_addr_in(log: &str) -> Option<SocketAddr> {
+fn spawn(bin: &Path, args: &[String], log: &Path, append: bool) -> anyhow::Result<Child> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(append)
+        .write(true)
+        .truncate(!append)
+        .open(log)
+        .with_context(|| format!("opening {}", log.display()))?;
+    Command::new(bin)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(file.try_clone()?)
+        .stderr(file)
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))
+}
+
+/// The ops addresses from the "serving /metrics" JSON log lines, in order.
+fn ops_addrs_in(log: &str) -> impl Iterator<Item = SocketAddr> + '_ {
     log.lines()
         .filter(|l| l.contains("serving /metrics"))
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find_map(|v| {
+        .filter_map(|v| {
             // Flattened by the services' JSON format; nested by tracing's default.
             let addr = v.get("addr").or_else(|| v.pointer("/fields/addr"))?;
             addr.as_str()?.parse().ok()
@@ -211,7 +326,7 @@ fn clock_ticks() -> f64 {
     })
 }
 
-/// CPU seconds (utime + stime) and VmHWM of `/proc/<pid>` (`self` for the bench).
+/// CPU seconds (utime + stime) and VmHWM of `/proc/<pid>` (`self` for the harness).
 pub fn usage_of(pid: &str) -> anyhow::Result<Usage> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
@@ -271,15 +386,20 @@ mod tests {
     fn finds_the_ops_address_in_a_json_log() {
         let log = r#"{"timestamp":"x","level":"INFO","fields":{"message":"serving /metrics, /healthz and /readyz","addr":"127.0.0.1:41234","stage":"fanout"}}"#;
         assert_eq!(
-            ops_addr_in(log),
+            ops_addrs_in(log).next(),
             Some("127.0.0.1:41234".parse().expect("an address"))
         );
         let flat = r#"{"level":"INFO","message":"serving /metrics, /healthz and /readyz","addr":"127.0.0.1:44489","stage":"dlq_sink"}"#;
         assert_eq!(
-            ops_addr_in(flat),
+            ops_addrs_in(flat).next(),
             Some("127.0.0.1:44489".parse().expect("an address"))
         );
-        assert_eq!(ops_addr_in("nothing here"), None);
+        assert_eq!(ops_addrs_in("nothing here").next(), None);
+        let restarted = format!("{log}\n{flat}\n");
+        assert_eq!(
+            ops_addrs_in(&restarted).nth(1),
+            Some("127.0.0.1:44489".parse().expect("an address"))
+        );
     }
 
     #[test]

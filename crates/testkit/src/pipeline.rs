@@ -1,6 +1,6 @@
-//! One scenario's pipeline: its own topics (unique prefix), subscriptions,
-//! a local receiver, and the three stages as release processes with their own
-//! groups. Events carry their production time in the payload, so the receiver's
+//! One scenario's pipeline, for `make bench` and `make faults`: its own topics
+//! (unique prefix), subscriptions, a local receiver, and the three stages as
+//! processes of the real binaries with their own groups. Events carry their production time in the payload, so the receiver's
 //! arrival time gives the end-to-end wait. Every expected delivery id is kept,
 //! so a lost delivery is counted, never assumed away.
 
@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::{bail, Context};
 use hookline_envelope::{delivery_id, encode, DomainEvent, Subscription, Topics};
-use hookline_testkit::{
+use crate::{
     kafka,
     receiver::{Receiver, Recorded},
 };
@@ -21,13 +21,15 @@ use tempfile::TempDir;
 
 use crate::stage::{usage_of, Stage};
 
-/// The signing secret every bench subscription names.
-const SECRET_REF: &str = "bench";
+/// The signing secret every pipeline subscription names.
+const SECRET_REF: &str = "pipeline";
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n";
 
 /// How a scenario's pipeline is set up.
 #[derive(Debug, Clone)]
 pub struct Spec {
+    /// Who runs it (`bench`, `faults`): names topics, groups and the temp dir.
+    pub harness: &'static str,
     pub scenario: &'static str,
     /// Partitions of every topic.
     pub partitions: i32,
@@ -35,25 +37,37 @@ pub struct Spec {
     pub tiers: Vec<(String, Duration)>,
     /// Extra dispatcher flags.
     pub dispatcher_args: Vec<String>,
+    /// Extra fanout flags.
+    pub fanout_args: Vec<String>,
+    /// Extra dlq-sink flags.
+    pub sink_args: Vec<String>,
 }
 
 impl Spec {
+    /// A bench scenario.
     pub fn new(scenario: &'static str) -> Self {
+        Self::for_harness("bench", scenario)
+    }
+
+    pub fn for_harness(harness: &'static str, scenario: &'static str) -> Self {
         Self {
+            harness,
             scenario,
             partitions: 3,
             tiers: Vec::new(),
             dispatcher_args: Vec::new(),
+            fanout_args: Vec::new(),
+            sink_args: Vec::new(),
         }
     }
 }
 
-/// Resource use of each stage (and of the bench process) over one scenario.
+/// Resource use of each stage (and of the harness process) over one scenario.
 #[derive(Debug, Clone, Serialize)]
 pub struct StageUsage {
     pub stage: &'static str,
     pub cpu_s: f64,
-    /// None for the bench process: its allocator keeps what earlier scenarios
+    /// None for the harness process: its allocator keeps what earlier scenarios
     /// freed, so its peak is not this scenario's.
     pub peak_rss_mib: Option<f64>,
 }
@@ -65,9 +79,10 @@ pub struct Pipeline {
     pub producer: FutureProducer,
     pub groups: Groups,
     stages: Vec<Stage>,
-    bench_cpu_at_start: f64,
+    harness_cpu_at_start: f64,
     dir: TempDir,
-    expected: HashSet<String>,
+    /// Expected delivery id → its event id.
+    expected: HashMap<String, String>,
     subs_by_tenant: HashMap<String, Vec<String>>,
     spec: Spec,
 }
@@ -100,10 +115,12 @@ pub struct Tally {
     pub dead_letters: i64,
 }
 
-/// The time stamp every bench payload starts with.
+/// The time stamp every pipeline payload starts with.
 #[derive(Debug, Deserialize)]
 struct Stamp {
     sent_us: i64,
+    #[serde(default)]
+    seq: Option<u64>,
 }
 
 pub fn now_us() -> i64 {
@@ -120,11 +137,16 @@ pub fn epoch_us(t: SystemTime) -> i64 {
         .unwrap_or_default()
 }
 
-/// The production time written into a bench payload, if it is one.
+/// The production time written into a pipeline payload, if it is one.
 pub fn sent_us(body: &[u8]) -> Option<i64> {
     serde_json::from_slice::<Stamp>(body)
         .ok()
         .map(|s| s.sent_us)
+}
+
+/// The sequence number written into a pipeline payload, if it is one.
+pub fn seq_of(body: &[u8]) -> Option<u64> {
+    serde_json::from_slice::<Stamp>(body).ok()?.seq
 }
 
 /// A JSON payload of about `size` bytes stamped with the time of this call.
@@ -142,7 +164,7 @@ impl Pipeline {
     pub async fn create(spec: Spec) -> anyhow::Result<Self> {
         let prefix = format!(
             "{}.",
-            kafka::unique_name(&format!("bench-{}", spec.scenario))
+            kafka::unique_name(&format!("{}-{}", spec.harness, spec.scenario))
         );
         let tier_names: Vec<&str> = spec.tiers.iter().map(|(n, _)| n.as_str()).collect();
         let topics = if tier_names.is_empty() {
@@ -163,7 +185,7 @@ impl Pipeline {
         )
         .await?;
         let dir = tempfile::Builder::new()
-            .prefix("hookline-bench-")
+            .prefix(&format!("hookline-{}-", spec.harness))
             .tempdir()?;
         std::fs::create_dir(dir.path().join("secrets"))?;
         std::fs::write(dir.path().join("secrets").join(SECRET_REF), SECRET)?;
@@ -175,9 +197,9 @@ impl Pipeline {
             receiver: Receiver::start().await?,
             producer: kafka::producer(),
             stages: Vec::new(),
-            bench_cpu_at_start: usage_of("self")?.cpu_s,
+            harness_cpu_at_start: usage_of("self")?.cpu_s,
             dir,
-            expected: HashSet::new(),
+            expected: HashMap::new(),
             subs_by_tenant: HashMap::new(),
             spec,
         })
@@ -226,47 +248,53 @@ impl Pipeline {
 
     /// Starts dlq-sink, dispatcher and fanout, each waited for until ready.
     pub async fn start(&mut self) -> anyhow::Result<()> {
-        let brokers = kafka::brokers();
-        let prefix = self.topics.prefix().to_owned();
-        let dir = self.dir.path().to_path_buf();
-        let common = |group: &str| -> Vec<String> {
-            [
-                "--brokers",
-                &brokers,
-                "--topic-prefix",
-                &prefix,
-                "--http-addr",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--log",
-                "warn,hookline_runtime::ops=info",
-                "--group-id",
-                group,
-            ]
-            .map(str::to_owned)
-            .to_vec()
-        };
-        let mut sink = common(&format!("{prefix}dlq-sink"));
+        self.start_sink().await?;
+        self.start_dispatcher("dispatcher").await?;
+        self.start_fanout().await
+    }
+
+    /// Flags every stage gets: brokers, prefix, ops port, JSON logs, group.
+    fn common_args(&self, group: &str) -> Vec<String> {
+        [
+            "--brokers",
+            &kafka::brokers(),
+            "--topic-prefix",
+            self.topics.prefix(),
+            "--http-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--log",
+            "warn,hookline_runtime::ops=info",
+            "--group-id",
+            group,
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    }
+
+    /// Starts the dlq-sink, archiving into `archive_dir()`.
+    pub async fn start_sink(&mut self) -> anyhow::Result<()> {
+        let mut sink = self.common_args(&format!("{}dlq-sink", self.topics.prefix()));
         sink.extend([
             "--archive-url".to_owned(),
-            dir.join("archive").display().to_string(),
+            self.archive_dir().display().to_string(),
         ]);
-        self.stages.push(
-            Stage::start(
-                "dlq-sink",
-                "hookline-dlq-sink",
-                &sink,
-                &dir.join("dlq-sink.log"),
-            )
-            .await?,
-        );
+        sink.extend(self.spec.sink_args.iter().cloned());
+        let log = self.dir.path().join("dlq-sink.log");
+        self.stages
+            .push(Stage::start("dlq-sink", "hookline-dlq-sink", &sink, &log).await?);
+        Ok(())
+    }
 
-        let mut dispatcher = common(&format!("{prefix}dispatcher"));
+    /// Starts one dispatcher named `name` (`dispatcher`, or e.g. `dispatcher-b`
+    /// for a second member of the same group).
+    pub async fn start_dispatcher(&mut self, name: &'static str) -> anyhow::Result<()> {
+        let mut dispatcher = self.common_args(&format!("{}dispatcher", self.topics.prefix()));
         dispatcher.extend(
             [
                 "--secrets-dir",
-                &dir.join("secrets").display().to_string(),
+                &self.dir.path().join("secrets").display().to_string(),
                 "--egress-allow-http",
                 "--egress-allow-cidr",
                 "127.0.0.0/8",
@@ -278,36 +306,52 @@ impl Pipeline {
                 .spec
                 .tiers
                 .iter()
-                .map(|(n, d)| format!("{n}={}s", d.as_secs()))
+                .map(|(n, d)| format!("{n}={}ms", d.as_millis()))
                 .collect();
             dispatcher.extend(["--retry-tiers".to_owned(), ladder.join(",")]);
         }
         dispatcher.extend(self.spec.dispatcher_args.iter().cloned());
-        self.stages.push(
-            Stage::start(
-                "dispatcher",
-                "hookline-dispatcher",
-                &dispatcher,
-                &dir.join("dispatcher.log"),
-            )
-            .await?,
-        );
+        let log = self.dir.path().join(format!("{name}.log"));
+        self.stages
+            .push(Stage::start(name, "hookline-dispatcher", &dispatcher, &log).await?);
+        Ok(())
+    }
 
-        let mut fanout = common(&self.groups.fanout);
+    /// Starts fanout with a transactional id of its own (kept across restarts,
+    /// so a restarted fanout fences its predecessor).
+    pub async fn start_fanout(&mut self) -> anyhow::Result<()> {
+        let mut fanout = self.common_args(&self.groups.fanout);
         fanout.extend([
             "--transactional-id".to_owned(),
-            format!("{prefix}fanout-txn"),
+            format!("{}fanout-txn", self.topics.prefix()),
         ]);
-        self.stages.push(
-            Stage::start(
-                "fanout",
-                "hookline-fanout",
-                &fanout,
-                &dir.join("fanout.log"),
-            )
-            .await?,
-        );
+        fanout.extend(self.spec.fanout_args.iter().cloned());
+        let log = self.dir.path().join("fanout.log");
+        self.stages
+            .push(Stage::start("fanout", "hookline-fanout", &fanout, &log).await?);
         Ok(())
+    }
+
+    /// The dlq-sink's archive directory.
+    pub fn archive_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("archive")
+    }
+
+    /// The scenario's temporary directory (stage logs, secrets, archive).
+    pub fn dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    pub fn stage_mut(&mut self, name: &str) -> anyhow::Result<&mut Stage> {
+        self.stages
+            .iter_mut()
+            .find(|s| s.name == name)
+            .with_context(|| format!("no stage {name}"))
+    }
+
+    /// Every stage, in start order.
+    pub fn stages_mut(&mut self) -> &mut [Stage] {
+        &mut self.stages
     }
 
     pub fn stage(&self, name: &str) -> anyhow::Result<&Stage> {
@@ -320,14 +364,15 @@ impl Pipeline {
     /// An event of `tenant` with a stamped payload; its deliveries (one per
     /// subscription of the tenant) are added to the expected set.
     pub fn event(&mut self, seq: u64, tenant: &str, payload_size: usize) -> (Vec<u8>, Vec<u8>) {
-        let event_id = format!("{}-{seq}", self.spec.scenario);
+        let event_id = self.event_id(seq);
         for sub in self.subs_by_tenant.get(tenant).into_iter().flatten() {
-            self.expected.insert(delivery_id(&event_id, sub));
+            self.expected
+                .insert(delivery_id(&event_id, sub), event_id.clone());
         }
         let event = DomainEvent {
             event_id,
             tenant_id: tenant.to_owned(),
-            event_type: "bench.created".to_owned(),
+            event_type: format!("{}.created", self.spec.harness),
             occurred_at: now_us() / 1000,
             content_type: "application/json".to_owned(),
             payload: payload(seq, payload_size),
@@ -357,6 +402,16 @@ impl Pipeline {
 
     pub fn expected(&self) -> usize {
         self.expected.len()
+    }
+
+    /// Every expected delivery id with the id of its event.
+    pub fn expected_ids(&self) -> &HashMap<String, String> {
+        &self.expected
+    }
+
+    /// The event id [`event`](Self::event) gives sequence number `seq`.
+    pub fn event_id(&self, seq: u64) -> String {
+        format!("{}-{seq}", self.spec.scenario)
     }
 
     /// Waits until the receiver has had `requests` requests, giving up when
@@ -404,7 +459,7 @@ impl Pipeline {
             .iter()
             .filter(|r| (200..300).contains(&r.status))
             .map(|r| r.header("webhook-id"))
-            .filter(|id| !self.expected.contains(*id))
+            .filter(|id| !self.expected.contains_key(*id))
             .collect::<HashSet<&str>>()
             .len();
         drop(requests);
@@ -437,7 +492,7 @@ impl Pipeline {
             expected: self.expected.len(),
             delivered: distinct
                 .iter()
-                .filter(|id| self.expected.contains(**id))
+                .filter(|id| self.expected.contains_key(**id))
                 .count(),
             duplicates: ok.len() - distinct.len(),
             failed_attempts: requests.len() - ok.len(),
@@ -446,7 +501,7 @@ impl Pipeline {
     }
 
     /// Stops every stage (fanout first, so nothing new flows) and returns the
-    /// CPU and peak RSS of each, plus the bench process's own CPU over the scenario.
+    /// CPU and peak RSS of each, plus the harness process's own CPU over the scenario.
     pub async fn stop(mut self) -> anyhow::Result<Vec<StageUsage>> {
         let mut out = Vec::new();
         let mut first_error = None;
@@ -465,8 +520,12 @@ impl Pipeline {
         }
         let me = usage_of("self")?;
         out.push(StageUsage {
-            stage: "bench (producer + receiver)",
-            cpu_s: me.cpu_s - self.bench_cpu_at_start,
+            stage: if self.spec.harness == "bench" {
+                "bench (producer + receiver)"
+            } else {
+                "harness (producer + receiver)"
+            },
+            cpu_s: me.cpu_s - self.harness_cpu_at_start,
             peak_rss_mib: None,
         });
         match first_error {
