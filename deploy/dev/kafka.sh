@@ -8,6 +8,9 @@
 #   kafka.sh status     prints the bootstrap and exits 0 if the broker answers, else 1
 #   kafka.sh bootstrap  prints the bootstrap if the broker process is alive, else 1
 #   kafka.sh smoke      topic + transactional commit/abort round trip against it
+#   kafka.sh halt [--kill]  stop the broker (SIGTERM, or SIGKILL) but keep its
+#                       data and ports, for fault tests (make faults)
+#   kafka.sh resume     start a halted broker again on the same ports and data
 #
 # stdout carries only the bootstrap address; all progress goes to stderr.
 set -euo pipefail
@@ -285,6 +288,13 @@ start_once() {
   fi
 
   log "starting broker on 127.0.0.1:$port (controller 127.0.0.1:$cport)"
+  launch
+  wait_ready "$port"
+}
+
+# Starts the broker of $STATE/server.properties in the background.
+launch() {
+  rm -f "$STATE/kafka.pid" "$STATE/ready"
   # setsid + nohup: the broker outlives the caller (e.g. a test binary).
   # The wrapper closes every inherited fd above 2 before exec'ing java: the
   # flock fd (else the lock would be held for the broker's whole life) and
@@ -302,9 +312,13 @@ start_once() {
     -Djava.awt.headless=true \
     -Dlog4j2.configurationFile="$LOG4J_CONF" -Dkafka.logs.dir="$STATE" \
     -cp "$LIB/*" kafka.Kafka "$STATE/server.properties" \
-    </dev/null >"$STATE/console.log" 2>&1 9>&- &
+    </dev/null >>"$STATE/console.log" 2>&1 9>&- &
   disown || true
+}
 
+# wait_ready PORT: until the launched broker answers; 0 ready, 3 port clash, 1 failed.
+wait_ready() {
+  local port="$1" pid deadline
   deadline=$((SECONDS + START_TIMEOUT))
   while ((SECONDS < deadline)); do
     if [[ -f "$STATE/kafka.pid" ]]; then
@@ -405,6 +419,45 @@ cmd_down() {
   rm -rf "$STATE.failed"
 }
 
+cmd_halt() {
+  local sig=TERM pid i
+  [[ "${1:-}" == "--kill" ]] && sig=KILL
+  take_lock
+  pid="$(live_pid)" || die "no broker running in $STATE"
+  log "halting broker pid $pid with SIG$sig (data and ports kept)"
+  kill "-$sig" "$pid" 2>/dev/null || true
+  for ((i = 0; i < 600; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "broker did not stop within 60 s; SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    sleep 0.5
+  fi
+  rm -f "$STATE/ready"
+}
+
+cmd_resume() {
+  local port rc=0 start=$SECONDS
+  take_lock
+  if live_pid >/dev/null; then
+    echo "127.0.0.1:$(bootstrap_port)"
+    return 0
+  fi
+  [[ -f "$STATE/server.properties" ]] || die "no halted broker in $STATE (run: $0 up)"
+  port="$(bootstrap_port)" || die "no port recorded in $STATE"
+  log "resuming broker on 127.0.0.1:$port"
+  launch
+  wait_ready "$port" || rc=$?
+  if ((rc != 0)); then
+    show_logs
+    die "could not resume the broker (rc $rc)"
+  fi
+  log "broker resumed in $((SECONDS - start)) s"
+  echo "127.0.0.1:$port"
+}
+
 cmd_status() {
   if healthy 3; then
     echo "127.0.0.1:$(bootstrap_port)"
@@ -432,7 +485,7 @@ cmd_smoke() {
 }
 
 usage() {
-  sed -n '2,12p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
 
 case "${1:-}" in
@@ -442,6 +495,8 @@ case "${1:-}" in
   status) cmd_status ;;
   bootstrap) cmd_bootstrap ;;
   smoke) cmd_smoke ;;
+  halt) shift; cmd_halt "$@" ;;
+  resume) cmd_resume ;;
   -h | --help | help) usage ;;
   *) usage; exit 2 ;;
 esac
