@@ -5,7 +5,8 @@
 //! (https only unless plain http is allowed); it takes at most the connect timeout
 //! to connect and the total timeout for everything, body included; redirects are
 //! returned, never followed; at most `max_response_bytes` of a response body are
-//! read. Every failure is reduced to a bounded [`FailureKind`].
+//! read, and a body still arriving at the deadline is cut there (the status line
+//! already decided). Every failure is reduced to a bounded [`FailureKind`].
 
 mod classify;
 pub mod egress;
@@ -175,16 +176,8 @@ impl WebhookClient {
     /// POSTs `req`, honouring the egress policy and the timeouts.
     pub async fn post(&self, req: Outgoing) -> Result<Incoming, Failure> {
         let uri = self.check_url(&req.url)?;
-        match tokio::time::timeout(self.settings.request_timeout, self.exchange(uri, req)).await {
-            Ok(result) => result,
-            Err(_elapsed) => Err(Failure {
-                kind: FailureKind::Timeout,
-                detail: format!(
-                    "no complete response within {:?}",
-                    self.settings.request_timeout
-                ),
-            }),
-        }
+        let deadline = tokio::time::Instant::now() + self.settings.request_timeout;
+        self.exchange(uri, req, deadline).await
     }
 
     fn check_url(&self, url: &str) -> Result<Uri, Failure> {
@@ -210,7 +203,14 @@ impl WebhookClient {
         }
     }
 
-    async fn exchange(&self, uri: Uri, req: Outgoing) -> Result<Incoming, Failure> {
+    /// Until `deadline`: a response head, or a failure. After the head, the body
+    /// is read until the cap, its end, or `deadline`, whichever comes first.
+    async fn exchange(
+        &self,
+        uri: Uri,
+        req: Outgoing,
+        deadline: tokio::time::Instant,
+    ) -> Result<Incoming, Failure> {
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(uri)
@@ -220,10 +220,24 @@ impl WebhookClient {
                 detail: e.to_string(),
             })?;
         *request.headers_mut() = req.headers;
-        let response = self.client.request(request).await.map_err(|e| Failure {
-            kind: failure_kind(&e),
-            detail: classify::describe(&e),
-        })?;
+        let response = match tokio::time::timeout_at(deadline, self.client.request(request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => {
+                return Err(Failure {
+                    kind: failure_kind(&e),
+                    detail: classify::describe(&e),
+                })
+            }
+            Err(_elapsed) => {
+                return Err(Failure {
+                    kind: FailureKind::Timeout,
+                    detail: format!(
+                        "no response head within {:?}",
+                        self.settings.request_timeout
+                    ),
+                })
+            }
+        };
         let status = response.status().as_u16();
         let version = response.version();
         let retry_after = response
@@ -231,7 +245,12 @@ impl WebhookClient {
             .get(hyper::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let body = read_capped(response.into_body(), self.settings.max_response_bytes).await;
+        let body = read_capped(
+            response.into_body(),
+            self.settings.max_response_bytes,
+            deadline,
+        )
+        .await;
         Ok(Incoming {
             status,
             retry_after,
@@ -241,19 +260,25 @@ impl WebhookClient {
     }
 }
 
-/// Reads at most `cap` bytes; an error mid-body keeps what arrived (the status
-/// line already decided the outcome).
-async fn read_capped(mut body: hyper::body::Incoming, cap: usize) -> Bytes {
+/// Reads at most `cap` bytes until `deadline`. An error mid-body or the deadline
+/// keeps what arrived: the status line already decided the outcome, so a body
+/// that stalls (or drips) must not turn a `200` into a retry, as a body that
+/// breaks off does not. Dropping the unfinished body closes the connection.
+async fn read_capped(
+    mut body: hyper::body::Incoming,
+    cap: usize,
+    deadline: tokio::time::Instant,
+) -> Bytes {
     let mut buf = BytesMut::new();
     while buf.len() < cap {
-        match body.frame().await {
-            Some(Ok(frame)) => {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
                     let take = data.len().min(cap - buf.len());
                     buf.extend_from_slice(&data[..take]);
                 }
             }
-            Some(Err(_)) | None => break,
+            Ok(Some(Err(_)) | None) | Err(_) => break,
         }
     }
     buf.freeze()
