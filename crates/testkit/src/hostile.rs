@@ -7,8 +7,10 @@
 //! Every accepted connection is recorded — when it was accepted, the request
 //! bytes read, the response bytes written, whether and when the client closed —
 //! so a test can assert that the client bounded its time and memory, not just
-//! what it returned. Connections are never closed by the server unless the
-//! behaviour says so. Stops (every connection with it) when dropped.
+//! what it returned. The server never closes a connection unless the behaviour
+//! says so; after a complete response (a redirect, a drip that finished) it
+//! reads the next request on it, as a keep-alive server would. Stops (every
+//! connection with it) when dropped.
 
 use std::{
     net::SocketAddr,
@@ -112,14 +114,20 @@ pub struct Connection {
     pub accepted_at: Instant,
     /// Wall-clock accept time, to compare with record timestamps.
     pub accepted_wall: SystemTime,
-    /// The request target, once the head was read.
+    /// The target of the first request, once its head was read.
     pub path: Option<String>,
-    /// The request's `webhook-id` header.
-    pub webhook_id: Option<String>,
-    /// Request bytes read (head and body; after TLS).
+    /// The `webhook-id` header of each request read, in order (a connection
+    /// the client keeps alive carries several).
+    pub webhook_ids: Vec<String>,
+    /// Requests read in full.
+    pub requests: u32,
+    /// Request bytes read (heads and bodies; after TLS).
     pub request_bytes: u64,
-    /// When the whole request had been read.
+    /// When the first request had been read in full.
     pub request_read_at: Option<Instant>,
+    /// Complete responses written; equal to `requests` on an idle keep-alive
+    /// connection.
+    pub responses: u32,
     /// Response bytes written (and accepted by the kernel).
     pub response_bytes: u64,
     /// When the server saw the client close (EOF, reset, or a failed write).
@@ -136,9 +144,11 @@ impl Connection {
             accepted_at: Instant::now(),
             accepted_wall: SystemTime::now(),
             path: None,
-            webhook_id: None,
+            webhook_ids: Vec::new(),
+            requests: 0,
             request_bytes: 0,
             request_read_at: None,
+            responses: 0,
             response_bytes: 0,
             client_closed_at: None,
             ended_at: None,
@@ -150,6 +160,12 @@ impl Connection {
     pub fn closed_after(&self) -> Option<Duration> {
         self.client_closed_at
             .map(|at| at.duration_since(self.accepted_at))
+    }
+
+    /// Closed by the client, or idle: every request answered in full and the
+    /// connection kept alive for the next one.
+    pub fn settled(&self) -> bool {
+        self.client_closed_at.is_some() || (self.requests > 0 && self.responses == self.requests)
     }
 
     /// From accept until the server stopped serving, if it did.
@@ -439,40 +455,38 @@ async fn serve(stream: TcpStream, tls: Option<tokio_rustls::TlsAcceptor>, ctx: C
     }
 }
 
-async fn serve_stream<S>(mut stream: S, ctx: &Ctx, idx: usize)
+async fn serve_stream<S>(stream: S, ctx: &Ctx, idx: usize)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let state = &ctx.state;
-    if read_request(&mut stream, state, idx).await.is_err() {
-        let now = Instant::now();
-        state.update(idx, |c| {
-            c.client_closed_at = Some(now);
-            c.ended_at = Some(now);
-        });
-        return;
-    }
-    let (rd, mut wr) = tokio::io::split(stream);
-    let closed = watch_close(rd);
-    tokio::pin!(closed);
-    let responded = tokio::select! {
-        () = &mut closed => None,
-        end = respond(&mut wr, ctx, idx) => Some(end),
-    };
-    let client_closed = match responded {
-        None => Some(Instant::now()),
-        // Keep the socket open until the client closes it.
-        Some(Ok(Linger::Open)) => {
-            closed.await;
-            Some(Instant::now())
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let client_closed = loop {
+        if read_request(&mut rd, state, idx).await.is_err() {
+            break Some(Instant::now());
         }
-        Some(Ok(Linger::Close)) => {
-            let _ = wr.shutdown().await;
-            None
-        }
-        Some(Err(e)) => {
-            state.update(idx, |c| c.error = Some(format!("write failed: {e}")));
-            Some(Instant::now())
+        let responded = tokio::select! {
+            () = watch_close(&mut rd) => None,
+            end = respond(&mut wr, ctx, idx) => Some(end),
+        };
+        match responded {
+            None => break Some(Instant::now()),
+            Some(Ok(After::KeepAlive)) => {
+                state.update(idx, |c| c.responses += 1);
+            }
+            // Keep the socket open until the client closes it.
+            Some(Ok(After::Hold)) => {
+                watch_close(&mut rd).await;
+                break Some(Instant::now());
+            }
+            Some(Ok(After::Close)) => {
+                let _ = wr.shutdown().await;
+                break None;
+            }
+            Some(Err(e)) => {
+                state.update(idx, |c| c.error = Some(format!("write failed: {e}")));
+                break Some(Instant::now());
+            }
         }
     };
     let now = Instant::now();
@@ -535,16 +549,17 @@ async fn read_request<S: AsyncRead + Unpin>(
     }
     let now = Instant::now();
     state.update(idx, |c| {
-        c.path = path;
-        c.webhook_id = webhook_id;
-        c.request_read_at = Some(now);
+        c.path = c.path.take().or(path);
+        c.webhook_ids.extend(webhook_id);
+        c.requests += 1;
+        c.request_read_at = c.request_read_at.or(Some(now));
     });
     Ok(())
 }
 
 /// Resolves when the client closes its side (EOF or an error); anything else
 /// it sends is read and ignored.
-async fn watch_close<S: AsyncRead>(mut rd: ReadHalf<S>) {
+async fn watch_close<S: AsyncRead>(rd: &mut ReadHalf<S>) {
     let mut sink = [0u8; 4096];
     while let Ok(n) = rd.read(&mut sink).await {
         if n == 0 {
@@ -554,8 +569,12 @@ async fn watch_close<S: AsyncRead>(mut rd: ReadHalf<S>) {
 }
 
 /// What to do once the response is written.
-enum Linger {
-    Open,
+enum After {
+    /// It was complete: read the next request on this connection.
+    KeepAlive,
+    /// Hold the socket open until the client closes it.
+    Hold,
+    /// Close our side.
     Close,
 }
 
@@ -563,21 +582,21 @@ async fn respond<S: AsyncWrite>(
     wr: &mut WriteHalf<S>,
     ctx: &Ctx,
     idx: usize,
-) -> std::io::Result<Linger> {
+) -> std::io::Result<After> {
     let mut out = Out {
         wr,
         state: &ctx.state,
         idx,
     };
     match ctx.behaviour {
-        Behaviour::Silent | Behaviour::Reset => Ok(Linger::Open),
+        Behaviour::Silent | Behaviour::Reset => Ok(After::Hold),
         Behaviour::DripStatus { interval } => {
             let response = b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n";
             for byte in response.chunks(1) {
                 out.write(byte).await?;
                 tokio::time::sleep(interval).await;
             }
-            Ok(Linger::Open)
+            Ok(After::KeepAlive)
         }
         Behaviour::DripBody { interval } => {
             out.write(b"HTTP/1.1 200 OK\r\ncontent-length: 1024\r\n\r\n")
@@ -586,7 +605,7 @@ async fn respond<S: AsyncWrite>(
                 tokio::time::sleep(interval).await;
                 out.write(b"x").await?;
             }
-            Ok(Linger::Open)
+            Ok(After::KeepAlive)
         }
         Behaviour::HugeBody { status, framing } => {
             let chunk = vec![b'x'; CHUNK];
@@ -602,6 +621,7 @@ async fn respond<S: AsyncWrite>(
                         out.write(&chunk[..take]).await?;
                         left -= take as u64;
                     }
+                    Ok(After::KeepAlive)
                 }
                 Framing::Chunked => {
                     out.write(
@@ -617,7 +637,6 @@ async fn respond<S: AsyncWrite>(
                     }
                 }
             }
-            Ok(Linger::Open)
         }
         Behaviour::Redirect { status, to } => {
             let head = format!(
@@ -625,7 +644,7 @@ async fn respond<S: AsyncWrite>(
                 location(to, ctx.canary)
             );
             out.write(head.as_bytes()).await?;
-            Ok(Linger::Open)
+            Ok(After::KeepAlive)
         }
         Behaviour::Malformed(m) => {
             match m {
@@ -643,7 +662,7 @@ async fn respond<S: AsyncWrite>(
                 }
                 Malformed::Truncated => {
                     out.write(b"HTTP/1.1 200 OK").await?;
-                    return Ok(Linger::Close);
+                    return Ok(After::Close);
                 }
                 Malformed::EndlessHeaders => {
                     out.write(b"HTTP/1.1 200 OK\r\n").await?;
@@ -653,12 +672,12 @@ async fn respond<S: AsyncWrite>(
                     }
                 }
             }
-            Ok(Linger::Open)
+            Ok(After::Hold)
         }
         Behaviour::WrongCert(_) => {
             out.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                 .await?;
-            Ok(Linger::Open)
+            Ok(After::KeepAlive)
         }
     }
 }
