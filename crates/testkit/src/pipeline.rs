@@ -9,12 +9,12 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use anyhow::{bail, Context};
-use hookline_envelope::{delivery_id, encode, DomainEvent, Subscription, Topics};
 use crate::{
     kafka,
     receiver::{Receiver, Recorded},
 };
+use anyhow::{bail, Context};
+use hookline_envelope::{delivery_id, encode, DomainEvent, Subscription, Topics};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::{Deserialize, Serialize};
 use tempfile::TempDir;
@@ -41,6 +41,9 @@ pub struct Spec {
     pub fanout_args: Vec<String>,
     /// Extra dlq-sink flags.
     pub sink_args: Vec<String>,
+    /// `--log` filter of every stage (the harness reads the ops address from
+    /// `hookline_runtime::ops`' info line, so keep that).
+    pub log_filter: String,
 }
 
 impl Spec {
@@ -58,6 +61,7 @@ impl Spec {
             dispatcher_args: Vec::new(),
             fanout_args: Vec::new(),
             sink_args: Vec::new(),
+            log_filter: "warn,hookline_runtime::ops=info".to_owned(),
         }
     }
 }
@@ -265,7 +269,7 @@ impl Pipeline {
             "--log-format",
             "json",
             "--log",
-            "warn,hookline_runtime::ops=info",
+            &self.spec.log_filter,
             "--group-id",
             group,
         ]

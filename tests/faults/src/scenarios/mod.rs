@@ -1,0 +1,246 @@
+//! The named fault scenarios and what they share: the report each fills in
+//! (what was injected, what was counted), the flags every fault pipeline uses,
+//! and the checks every scenario ends with.
+
+pub mod broker_restart;
+pub mod kill_stages;
+pub mod rolling_restart;
+
+use std::{collections::HashMap, time::Duration};
+
+use anyhow::bail;
+use hookline_envelope::delivery_id;
+use hookline_testkit::pipeline::{Pipeline, Spec};
+
+use crate::ledger::Ledger;
+
+/// Names accepted on the command line, in the order `all` runs them.
+pub const ALL: &[&str] = &["kill_stages", "rolling_restart", "broker_restart"];
+
+/// Scenarios that stop the broker: they get a private one, never the shared one.
+pub const PRIVATE_BROKER: &[&str] = &["broker_restart"];
+
+/// What one scenario injected and counted, printed as it goes and at the end.
+#[derive(Debug)]
+pub struct Report {
+    pub scenario: &'static str,
+    pub injected: Vec<String>,
+    pub counted: Vec<String>,
+}
+
+impl Report {
+    pub fn new(scenario: &'static str) -> Self {
+        Self {
+            scenario,
+            injected: Vec::new(),
+            counted: Vec::new(),
+        }
+    }
+
+    /// Records (and prints at once) a fault that was injected.
+    pub fn inject(&mut self, line: impl Into<String>) {
+        let line = line.into();
+        eprintln!("  [{}] inject: {line}", self.scenario);
+        self.injected.push(line);
+    }
+
+    /// Records (and prints at once) something that was counted or measured.
+    pub fn count(&mut self, line: impl Into<String>) {
+        let line = line.into();
+        eprintln!("  [{}] count:  {line}", self.scenario);
+        self.counted.push(line);
+    }
+}
+
+/// How long a scenario waits with no progress at all before it counts what
+/// it has (and fails if anything is missing).
+pub const STALL: Duration = Duration::from_secs(60);
+
+/// A pipeline spec for the fault scenarios: a ladder of seconds, and group
+/// session timeouts at the broker's minimum so a killed member's partitions
+/// move in seconds rather than librdkafka's default 45 s (correctness does not
+/// depend on it; the suite's run time does).
+pub fn spec(scenario: &'static str) -> Spec {
+    let mut spec = Spec::for_harness("faults", scenario);
+    spec.tiers = vec![
+        ("r1".to_owned(), Duration::from_secs(1)),
+        ("r2".to_owned(), Duration::from_secs(2)),
+    ];
+    let session = [
+        "-X",
+        "session.timeout.ms=6000",
+        "-X",
+        "heartbeat.interval.ms=1000",
+    ];
+    spec.dispatcher_args = ["--retry-jitter", "200ms", "--request-timeout", "5s"]
+        .into_iter()
+        .chain(session)
+        .map(str::to_owned)
+        .collect();
+    spec.fanout_args = session.map(str::to_owned).to_vec();
+    // Archive files close after 2 s, so dead letters are durable (and
+    // readable by `inspect --from-archive`) soon after they arrive.
+    spec.sink_args = ["--max-file-age", "2s"]
+        .into_iter()
+        .chain(session)
+        .map(str::to_owned)
+        .collect();
+    spec
+}
+
+/// What must become of each delivery of a subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Want {
+    Delivered,
+    DeadLettered(&'static str),
+}
+
+/// Checks the invariant and, per subscription, the expected end of each of
+/// its deliveries: `wants` maps subscription id → what must happen, and
+/// `events` lists (seq, tenant) of every event produced.
+pub fn check_outcomes(
+    p: &Pipeline,
+    ledger: &Ledger,
+    subs_of: &HashMap<String, Vec<(String, Want)>>,
+    events: impl IntoIterator<Item = (u64, String)>,
+) -> anyhow::Result<()> {
+    ledger.check()?;
+    let delivered = &ledger.delivered_ids;
+    let mut wrong = Vec::new();
+    for (seq, tenant) in events {
+        for (sub, want) in subs_of.get(&tenant).into_iter().flatten() {
+            let id = delivery_id(&p.event_id(seq), sub);
+            let ok = match want {
+                Want::Delivered => delivered.contains(&id),
+                Want::DeadLettered(reason) => {
+                    !delivered.contains(&id)
+                        && ledger.reasons.get(&id).map(String::as_str) == Some(*reason)
+                }
+            };
+            if !ok {
+                wrong.push(format!(
+                    "{sub} event {seq}: wanted {want:?}, got {}",
+                    if delivered.contains(&id) {
+                        "delivered".to_owned()
+                    } else {
+                        format!("{:?}", ledger.reasons.get(&id))
+                    }
+                ));
+            }
+        }
+    }
+    if !wrong.is_empty() {
+        bail!(
+            "{} deliveries ended otherwise than their endpoint dictates, e.g. {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+    }
+    Ok(())
+}
+
+/// Fails if a stage's process has exited on its own.
+pub fn all_running(p: &mut Pipeline) -> anyhow::Result<()> {
+    let mut dead = Vec::new();
+    for stage in p.stages_mut() {
+        if !stage.is_running() {
+            dead.push(format!("{}\n{}", stage.name, stage.log_tail()));
+        }
+    }
+    if !dead.is_empty() {
+        bail!("stages exited on their own: {}", dead.join("\n"));
+    }
+    Ok(())
+}
+
+/// The workload of the crash and restart scenarios: four tenants, each with a
+/// healthy subscription, beside it an ordered one (max_in_flight 1), one whose
+/// endpoint fails its first 100 requests (so deliveries climb the ladder and
+/// then succeed), one that answers 410 (dead-lettered at once, `rejected_4xx`)
+/// and one that always answers 503 (dead-lettered `exhausted` after
+/// `MAX_ATTEMPTS`).
+#[derive(Debug)]
+pub struct Workload {
+    pub tenants: Vec<&'static str>,
+    pub subs_of: HashMap<String, Vec<(String, Want)>>,
+}
+
+/// `--max-attempts` of the workload: the flaky endpoint's 100 failures are
+/// used up long before any delivery fails this often.
+pub const MAX_ATTEMPTS: &str = "6";
+
+impl Workload {
+    pub async fn install(p: &mut Pipeline) -> anyhow::Result<Self> {
+        use hookline_testkit::receiver::Behaviour;
+        p.receiver.set("/ok", Behaviour::status(204));
+        p.receiver
+            .set("/flaky", Behaviour::status(200).fail_first(100, 503));
+        p.receiver.set("/gone", Behaviour::status(410));
+        p.receiver.set("/down", Behaviour::status(503));
+        let tenants = vec!["t0", "t1", "t2", "t3"];
+        let plan: [(&str, &str, &str, i32, Want); 8] = [
+            ("t0-ok", "t0", "/ok", 8, Want::Delivered),
+            ("t0-ordered", "t0", "/ok", 1, Want::Delivered),
+            ("t1-ok", "t1", "/ok", 8, Want::Delivered),
+            ("t1-flaky", "t1", "/flaky", 4, Want::Delivered),
+            ("t2-ok", "t2", "/ok", 8, Want::Delivered),
+            (
+                "t2-gone",
+                "t2",
+                "/gone",
+                4,
+                Want::DeadLettered("rejected_4xx"),
+            ),
+            ("t3-ok", "t3", "/ok", 8, Want::Delivered),
+            ("t3-down", "t3", "/down", 4, Want::DeadLettered("exhausted")),
+        ];
+        let subs: Vec<_> = plan
+            .iter()
+            .map(|(id, tenant, path, mif, _)| p.subscription(id, tenant, path, *mif))
+            .collect();
+        p.put_subscriptions(&subs).await?;
+        let mut subs_of: HashMap<String, Vec<(String, Want)>> = HashMap::new();
+        for (id, tenant, _, _, want) in plan {
+            subs_of
+                .entry(tenant.to_owned())
+                .or_default()
+                .push((id.to_owned(), want));
+        }
+        Ok(Self { tenants, subs_of })
+    }
+
+    /// (seq, tenant) of the first `events` events as `load::start` spreads them.
+    pub fn events(&self, events: u64) -> impl Iterator<Item = (u64, String)> + '_ {
+        (0..events).map(|seq| {
+            (
+                seq,
+                self.tenants[seq as usize % self.tenants.len()].to_owned(),
+            )
+        })
+    }
+}
+
+/// Counts and checks what a crash or restart scenario ends with: settles, then
+/// the invariant, each subscription's expected end, the archive, and that no
+/// stage died on its own.
+pub async fn finish(
+    p: &mut Pipeline,
+    r: &mut Report,
+    work: &Workload,
+    events: u64,
+) -> anyhow::Result<()> {
+    let settle_start = tokio::time::Instant::now();
+    let ledger = crate::ledger::settle(p, STALL).await?;
+    r.count(format!(
+        "events {events}; {} (settled {:.1} s after the last fault)",
+        ledger.summary(),
+        settle_start.elapsed().as_secs_f64()
+    ));
+    check_outcomes(p, &ledger, &work.subs_of, work.events(events))?;
+    let (rows, ids) = crate::ledger::wait_archived(p, &ledger, STALL).await?;
+    r.count(format!(
+        "archive: {rows} rows for {ids} distinct dead-lettered deliveries (every dead letter archived)"
+    ));
+    all_running(p)?;
+    Ok(())
+}

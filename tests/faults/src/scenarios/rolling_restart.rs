@@ -1,0 +1,179 @@
+//! `rolling_restart`: two dispatchers share the group while a slow endpoint
+//! (1.5 s per response) keeps attempts in flight; each is sent SIGTERM in turn
+//! and started again, as a Deployment's rolling update does. Every SIGTERM
+//! must end in a clean exit within the shutdown grace, with no attempt
+//! abandoned mid-flight: in-flight attempts finish and are committed on the
+//! way out (and on the revoke the rejoining member causes), so the other
+//! dispatcher never repeats one — zero duplicates. A second round with a
+//! grace shorter than the response time shows the bound: the process still
+//! exits within the grace, and what it had to abandon is attempted again by
+//! the other member with the same `webhook-id`.
+
+use std::time::Duration;
+
+use anyhow::ensure;
+use hookline_testkit::{pipeline::Pipeline, receiver::Behaviour};
+use rand::rngs::StdRng;
+use tokio::time::Instant;
+
+use super::{all_running, check_outcomes, spec, Report, Want, STALL};
+use crate::{ledger, load};
+
+const EVENTS: u64 = 900;
+const RATE: f64 = 30.0;
+const SLOW: Duration = Duration::from_millis(1500);
+
+pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
+    // Round 1: grace 8 s > the 1.5 s response: nothing may be abandoned.
+    round(r, "rolling_restart", Duration::from_secs(8), true).await?;
+    // Round 2: grace 1 s < the 1.5 s response: exits are still bounded.
+    round(
+        r,
+        "rolling_restart_short_grace",
+        Duration::from_secs(1),
+        false,
+    )
+    .await
+}
+
+async fn round(
+    r: &mut Report,
+    name: &'static str,
+    grace: Duration,
+    expect_no_abandon: bool,
+) -> anyhow::Result<()> {
+    let mut spec = spec(name);
+    spec.partitions = 4;
+    let grace_flag = format!("{}ms", grace.as_millis());
+    spec.dispatcher_args
+        .extend(["--shutdown-grace".to_owned(), grace_flag]);
+    spec.log_filter = "warn,hookline_runtime::ops=info,hookline_dispatcher=info".to_owned();
+    let mut p = Pipeline::create(spec).await?;
+    p.receiver.set("/slow", Behaviour::status(204).delay(SLOW));
+    p.receiver.set("/ok", Behaviour::status(204));
+    let tenants = ["t0", "t1", "t2", "t3"];
+    let mut subs = Vec::new();
+    let mut subs_of = std::collections::HashMap::new();
+    for t in tenants {
+        subs.push(p.subscription(&format!("{t}-slow"), t, "/slow", 16));
+        subs.push(p.subscription(&format!("{t}-ok"), t, "/ok", 8));
+        subs_of.insert(
+            t.to_owned(),
+            vec![
+                (format!("{t}-slow"), Want::Delivered),
+                (format!("{t}-ok"), Want::Delivered),
+            ],
+        );
+    }
+    p.put_subscriptions(&subs).await?;
+    p.start().await?;
+    p.start_dispatcher("dispatcher-b").await?;
+    let load = load::start(&mut p, &tenants, EVENTS, RATE)?;
+    r.inject(format!(
+        "[grace {grace:?}] two dispatchers in one group; load {EVENTS} events at {RATE}/s, {} expected deliveries, /slow answers after {SLOW:?}",
+        p.expected()
+    ));
+    let mut abandoned_total = 0;
+    for name in ["dispatcher", "dispatcher-b"] {
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let in_flight = in_flight_of(&p, name).await;
+        let stage = p.stage_mut(name)?;
+        let exit = stage.terminate(grace + Duration::from_secs(30)).await?;
+        let restarting = Instant::now();
+        stage.restart().await?;
+        r.inject(format!(
+            "[grace {grace:?}] SIGTERM {name} with {in_flight} attempts in flight: exit code {:?} after {:.2} s; restarted, ready in {:.1} s ({} events sent)",
+            exit.code,
+            exit.took.as_secs_f64(),
+            restarting.elapsed().as_secs_f64(),
+            load.sent()
+        ));
+        ensure!(exit.clean, "{name} did not exit cleanly after SIGTERM");
+        // The drain is bounded by the grace; 2 s covers the final commit and exit.
+        ensure!(
+            exit.took <= grace + Duration::from_secs(2),
+            "{name} took {:?} to exit, beyond its {grace:?} grace",
+            exit.took
+        );
+    }
+    load.finish().await?;
+    let ledger = ledger::settle(&p, STALL).await?;
+    for name in ["dispatcher", "dispatcher-b"] {
+        let (drains, revokes) = handovers(&p, name)?;
+        abandoned_total += drains.iter().chain(&revokes).map(|h| h.1).sum::<u64>();
+        r.count(format!(
+            "[grace {grace:?}] {name}: drains (finished, abandoned) {drains:?}; revokes (finished, abandoned) {revokes:?}"
+        ));
+    }
+    r.count(format!("[grace {grace:?}] {}", ledger.summary()));
+    let events = (0..EVENTS).map(|seq| (seq, tenants[seq as usize % tenants.len()].to_owned()));
+    check_outcomes(&p, &ledger, &subs_of, events)?;
+    if expect_no_abandon {
+        ensure!(
+            abandoned_total == 0 && ledger.duplicates == 0,
+            "with a grace above the response time, {abandoned_total} attempts were abandoned and {} delivered twice",
+            ledger.duplicates
+        );
+    } else {
+        r.count(format!(
+            "[grace {grace:?}] {abandoned_total} attempts abandoned at the grace bound, {} duplicates (all with their own webhook-id)",
+            ledger.duplicates
+        ));
+    }
+    all_running(&mut p)?;
+    p.stop().await?;
+    Ok(())
+}
+
+/// `hookline_dispatcher_in_flight` of a stage now.
+async fn in_flight_of(p: &Pipeline, name: &str) -> String {
+    let Ok(stage) = p.stage(name) else {
+        return "?".to_owned();
+    };
+    let Ok(text) = stage.metrics().await else {
+        return "?".to_owned();
+    };
+    text.lines()
+        .find(|l| l.starts_with("hookline_dispatcher_in_flight"))
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+/// (finished, abandoned) of each drain and each revoke the dispatcher logged.
+type Handover = (u64, u64);
+
+fn handovers(p: &Pipeline, name: &str) -> anyhow::Result<(Vec<Handover>, Vec<Handover>)> {
+    let log = std::fs::read_to_string(p.dir().join(format!("{name}.log")))?;
+    let mut drains = Vec::new();
+    let mut revokes = Vec::new();
+    let mut draining_in_flight = 0;
+    for line in log.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let field = |k: &str| {
+            v.get(k)
+                .or_else(|| v.pointer(&format!("/fields/{k}")))
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        let message = v
+            .get("message")
+            .or_else(|| v.pointer("/fields/message"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        match message {
+            "draining" => draining_in_flight = field("in_flight"),
+            "drained; offsets committed" => {
+                let abandoned = field("abandoned");
+                drains.push((draining_in_flight.saturating_sub(abandoned), abandoned));
+            }
+            "revoked partitions handed over" => {
+                revokes.push((field("finished_in_flight"), field("abandoned")));
+            }
+            _ => {}
+        }
+    }
+    Ok((drains, revokes))
+}
