@@ -285,4 +285,6 @@ async fn read_capped(
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;
