@@ -3,6 +3,7 @@
 //! and the checks every scenario ends with.
 
 pub mod broker_restart;
+pub mod hostile_endpoints;
 pub mod kill_stages;
 pub mod rolling_restart;
 
@@ -15,7 +16,12 @@ use hookline_testkit::pipeline::{Pipeline, Spec};
 use crate::ledger::Ledger;
 
 /// Names accepted on the command line, in the order `all` runs them.
-pub const ALL: &[&str] = &["kill_stages", "rolling_restart", "broker_restart"];
+pub const ALL: &[&str] = &[
+    "kill_stages",
+    "rolling_restart",
+    "hostile_endpoints",
+    "broker_restart",
+];
 
 /// Scenarios that stop the broker: they get a private one, never the shared one.
 pub const PRIVATE_BROKER: &[&str] = &["broker_restart"];
