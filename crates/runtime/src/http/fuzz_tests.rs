@@ -95,7 +95,7 @@ enum Body {
 
 #[derive(Debug, Clone)]
 struct Response {
-    /// A 1xx response sent first.
+    /// An interim (1xx) response sent first, or a broken one.
     informational: Option<&'static str>,
     version: &'static str,
     code: String,
@@ -313,10 +313,11 @@ fn defect() -> impl Strategy<Value = Defect> {
         vec(any::<u8>(), 1..20),
         (1usize..100_000).prop_map(|n| vec![b'r'; n]),
     ];
+    // 101 ends HTTP on the connection; the others are broken interim responses.
     let informational = select(vec![
-        "HTTP/1.1 100 Continue\r\n\r\n",
-        "HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n",
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n",
+        "HTTP/1.1 100 Continue\r\n",
+        "HTTP/1.1 199\r\n\r\n",
     ]);
     let eol = select(vec!["\n", "\r", "\n\r", "\r\r\n"]);
     prop_oneof![
@@ -340,38 +341,44 @@ fn response() -> impl Strategy<Value = Response> {
         Just(b"OK".to_vec()),
         "[A-Za-z ]{0,20}".prop_map(String::into_bytes),
     ];
+    // Interim responses a client must skip before the final one (RFC 9110 §15.2).
+    let interim = prop_oneof![
+        6 => Just(None),
+        1 => Just(Some("HTTP/1.1 100 Continue\r\n\r\n")),
+        1 => Just(Some("HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\n\r\n")),
+    ];
     let defects = prop_oneof![2 => Just(vec![]), 3 => vec(defect(), 1..3)];
-    (
+    let parts = (
         code,
         reason,
         vec(clean_header(), 0..4),
         clean_body(),
-        defects,
-    )
-        .prop_map(|(code, reason, headers, body, defects)| {
-            let mut r = Response {
-                informational: None,
-                version: "HTTP/1.1",
-                code,
-                reason,
-                headers,
-                body,
-                eol: "\r\n",
-                defects: defects.iter().map(Defect::name).collect(),
-            };
-            for d in defects {
-                match d {
-                    Defect::Version(v) => r.version = v,
-                    Defect::Code(c) => c.clone_into(&mut r.code),
-                    Defect::Reason(b) => r.reason = b,
-                    Defect::Informational(i) => r.informational = Some(i),
-                    Defect::Eol(e) => r.eol = e,
-                    Defect::Header(h) => r.headers.push(h),
-                    Defect::Framing(b) => r.body = b,
-                }
+        interim,
+    );
+    (parts, defects).prop_map(|((code, reason, headers, body, informational), defects)| {
+        let mut r = Response {
+            informational,
+            version: "HTTP/1.1",
+            code,
+            reason,
+            headers,
+            body,
+            eol: "\r\n",
+            defects: defects.iter().map(Defect::name).collect(),
+        };
+        for d in defects {
+            match d {
+                Defect::Version(v) => r.version = v,
+                Defect::Code(c) => c.clone_into(&mut r.code),
+                Defect::Reason(b) => r.reason = b,
+                Defect::Informational(i) => r.informational = Some(i),
+                Defect::Eol(e) => r.eol = e,
+                Defect::Header(h) => r.headers.push(h),
+                Defect::Framing(b) => r.body = b,
             }
-            r
-        })
+        }
+        r
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -573,6 +580,7 @@ struct Stats {
     results: BTreeMap<(End, String), u64>,
     answered_outcomes: BTreeMap<&'static str, u64>,
     exact: u64,
+    exact_after_interim: u64,
     capped: u64,
     max_post: Duration,
     max_post_closed: Duration,
@@ -706,6 +714,7 @@ fn check(
                 };
                 prop_assert_eq!(&incoming.body[..], expected, "body");
                 stats.exact += 1;
+                stats.exact_after_interim += u64::from(response.informational.is_some());
             }
         }
     }
@@ -761,7 +770,8 @@ fn fuzz_post_against_arbitrary_response_bytes() {
     eprintln!(
         "fuzz http client: {} responses in {:.1?}, HOOKLINE_FUZZ_SEED={seed}\n  scripts: {}\n  \
          results by how the server ended: {by_end}\n  answered, by outcome: {}\n  {} well-formed \
-         responses came back exactly (status and capped body); {} bodies hit the {}-byte cap\n  \
+         responses came back exactly (status and capped body; {} after a 100 or 103 first); \
+         {} bodies hit the {}-byte cap\n  \
          max post time {:.2?} (limit {:?} + {:?} margin); max after a close or reset {:.2?}",
         stats.scripts.values().sum::<u64>(),
         started.elapsed(),
@@ -780,6 +790,7 @@ fn fuzz_post_against_arbitrary_response_bytes() {
                 .collect()
         ),
         stats.exact,
+        stats.exact_after_interim,
         stats.capped,
         MAX_RESPONSE_BYTES,
         stats.max_post,
