@@ -6,6 +6,8 @@
 //! - [`schema`]: the schemas, their fingerprints and the registry of known writer versions.
 //! - [`codec`]: `C3 01` + fingerprint + datum; [`encode`] and [`decode`].
 //! - [`ids`]: [`delivery_id`], the stable `webhook-id`.
+//! - [`quarantine`]: [`decode_value`] and [`Unusable::quarantine`], how every stage turns a
+//!   record it cannot use into a [`QuarantinedEvent`].
 //! - [`topics`]: [`Topics`], every topic name from a prefix and the retry ladder.
 //!
 //! No Kafka and no async here: other crates build on these values.
@@ -13,6 +15,7 @@
 pub mod codec;
 mod guard;
 pub mod ids;
+pub mod quarantine;
 pub mod records;
 pub mod schema;
 pub mod topics;
@@ -21,6 +24,7 @@ pub use codec::{
     decode, encode, fingerprint_of, kind_of, DatumError, DecodeError, HEADER_LEN, MAGIC,
 };
 pub use ids::{delivery_id, DELIVERY_ID_NAMESPACE, DELIVERY_ID_PREFIX};
+pub use quarantine::{decode_value, error_chain, SourceRecord, Unusable};
 pub use records::{
     bounded_detail, DeadLetter, Delivery, DomainEvent, QuarantineReason, QuarantinedEvent,
     QuarantinedHeader, Record, ReplayOf, Subscription, MAX_DETAIL_BYTES,

@@ -8,12 +8,12 @@ use std::{
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
-use hookline_envelope::{encode, QuarantinedHeader, Topics};
+use hookline_envelope::{encode, Topics};
 use hookline_runtime::{health::Health, kafka, subscriptions::Subscriptions};
 use rdkafka::{
     consumer::{Consumer, StreamConsumer},
     error::KafkaError,
-    message::{Headers, Message, OwnedMessage},
+    message::{Message, OwnedMessage},
     producer::{FutureProducer, FutureRecord, Producer},
     Offset, TopicPartitionList,
 };
@@ -23,7 +23,7 @@ use crate::{
     config::Config,
     context::FanoutContext,
     metrics as fm,
-    transform::{fan_out, Input, Output},
+    transform::{fan_out, Output},
     FanoutError, STAGE,
 };
 
@@ -233,16 +233,9 @@ impl FanoutLoop {
             ..fm::TxnCounts::default()
         };
         for msg in &batch.messages {
-            let input = Input {
-                topic: msg.topic(),
-                partition: msg.partition(),
-                offset: msg.offset(),
-                key: msg.key(),
-                value: msg.payload(),
-            };
             let output = fan_out(
-                input,
-                || copy_headers(msg),
+                kafka::source_record(msg),
+                || kafka::quarantined_headers(msg),
                 |tenant, ty| self.subs.matching(tenant, ty),
                 self.config.fanout.max_payload_bytes,
                 now_ms,
@@ -348,19 +341,6 @@ fn classify(e: KafkaError) -> TxnError {
         KafkaError::Transaction(_) => TxnError::Abortable(e),
         _ => TxnError::Abortable(e),
     }
-}
-
-fn copy_headers(msg: &OwnedMessage) -> Vec<QuarantinedHeader> {
-    msg.headers()
-        .map(|hs| {
-            hs.iter()
-                .map(|h| QuarantinedHeader {
-                    name: h.key.to_owned(),
-                    value: h.value.map(<[u8]>::to_vec),
-                })
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 fn kafka_err(context: &str, e: KafkaError) -> FanoutError {

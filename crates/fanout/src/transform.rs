@@ -3,26 +3,16 @@
 //! one `QuarantinedEvent` when the bytes cannot be used. Never panics on input.
 
 use hookline_envelope::{
-    bounded_detail, decode, delivery_id, Delivery, DomainEvent, QuarantineReason, QuarantinedEvent,
-    QuarantinedHeader,
+    decode_value, delivery_id, Delivery, DomainEvent, QuarantineReason, QuarantinedEvent,
+    QuarantinedHeader, Unusable,
 };
 use hookline_runtime::subscriptions::LiveSubscription;
 use std::sync::Arc;
 
-/// A consumed record, borrowed from the Kafka message.
-#[derive(Debug, Clone, Copy)]
-pub struct Input<'a> {
-    /// Source topic.
-    pub topic: &'a str,
-    /// Source partition.
-    pub partition: i32,
-    /// Source offset.
-    pub offset: i64,
-    /// The record key, if any.
-    pub key: Option<&'a [u8]>,
-    /// The record value; `None` for a tombstone.
-    pub value: Option<&'a [u8]>,
-}
+/// A consumed record, borrowed from the Kafka message: the shared
+/// [`hookline_envelope::SourceRecord`], so a quarantined event is built the same
+/// way here as in the dispatcher.
+pub use hookline_envelope::SourceRecord as Input;
 
 /// Room for an event's fields around its payload when checking the raw size
 /// before decoding.
@@ -48,49 +38,32 @@ pub fn fan_out(
     max_payload_bytes: usize,
     now_ms: i64,
 ) -> Output {
-    let quarantine = |reason: QuarantineReason, detail: String, headers: Vec<QuarantinedHeader>| {
-        Output::Quarantine(Box::new(QuarantinedEvent {
-            key: input.key.map(<[u8]>::to_vec),
-            value: input.value.map(<[u8]>::to_vec).unwrap_or_default(),
-            headers,
-            reason: reason.as_str().to_owned(),
-            detail: bounded_detail(&detail),
-            source_topic: input.topic.to_owned(),
-            source_partition: input.partition,
-            source_offset: input.offset,
-            quarantined_at: now_ms,
-        }))
+    let quarantine = |unusable: Unusable| {
+        Output::Quarantine(Box::new(unusable.quarantine(&input, headers(), now_ms)))
     };
-    let Some(value) = input.value else {
-        return quarantine(
-            QuarantineReason::NotAvro,
-            "record has no value (a tombstone on the events topic)".to_owned(),
-            headers(),
-        );
-    };
-    if value.len() > max_payload_bytes.saturating_add(ENVELOPE_ALLOWANCE) {
-        return quarantine(
-            QuarantineReason::PayloadTooLarge,
-            format!(
-                "record of {} bytes exceeds the {max_payload_bytes}-byte payload cap",
-                value.len()
-            ),
-            headers(),
-        );
+    if let Some(value) = input.value {
+        if value.len() > max_payload_bytes.saturating_add(ENVELOPE_ALLOWANCE) {
+            return quarantine(Unusable::new(
+                QuarantineReason::PayloadTooLarge,
+                format!(
+                    "record of {} bytes exceeds the {max_payload_bytes}-byte payload cap",
+                    value.len()
+                ),
+            ));
+        }
     }
-    let event: DomainEvent = match decode(value) {
+    let event: DomainEvent = match decode_value(input.value) {
         Ok(event) => event,
-        Err(e) => return quarantine(e.quarantine_reason(), error_chain(&e), headers()),
+        Err(unusable) => return quarantine(unusable),
     };
     if event.payload.len() > max_payload_bytes {
-        return quarantine(
+        return quarantine(Unusable::new(
             QuarantineReason::PayloadTooLarge,
             format!(
                 "payload of {} bytes exceeds the {max_payload_bytes}-byte cap (--max-payload-bytes)",
                 event.payload.len()
             ),
-            headers(),
-        );
+        ));
     }
     let subs = matching(&event.tenant_id, &event.event_type);
     if subs.is_empty() {
@@ -119,18 +92,6 @@ pub fn fan_out(
         })
         .collect();
     Output::Deliveries(deliveries)
-}
-
-/// An error and its sources on one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 #[cfg(test)]

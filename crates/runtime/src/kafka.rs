@@ -5,11 +5,13 @@
 
 use std::{collections::HashSet, time::Duration};
 
+use hookline_envelope::{QuarantinedHeader, SourceRecord};
 use rdkafka::{
     admin::{AdminClient, AdminOptions, ResourceSpecifier},
     client::DefaultClientContext,
     consumer::{BaseConsumer, Consumer, ConsumerContext},
     error::KafkaError,
+    message::{Headers, Message},
     ClientConfig, ClientContext,
 };
 use tokio_util::sync::CancellationToken;
@@ -158,4 +160,30 @@ pub async fn wait_for_topics(
             _ = tokio::time::sleep(TOPIC_RECHECK) => {}
         }
     }
+}
+
+/// Where a consumed message was read and its raw key and value, for
+/// [`hookline_envelope::Unusable::quarantine`].
+pub fn source_record<M: Message>(msg: &M) -> SourceRecord<'_> {
+    SourceRecord {
+        topic: msg.topic(),
+        partition: msg.partition(),
+        offset: msg.offset(),
+        key: msg.key(),
+        value: msg.payload(),
+    }
+}
+
+/// A message's headers, in order and byte for byte, as a quarantined record keeps them.
+pub fn quarantined_headers<M: Message>(msg: &M) -> Vec<QuarantinedHeader> {
+    msg.headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| QuarantinedHeader {
+                    name: h.key.to_owned(),
+                    value: h.value.map(<[u8]>::to_vec),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
