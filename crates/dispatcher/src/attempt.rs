@@ -97,8 +97,8 @@ pub(crate) async fn run(
         }
         FollowUp::Dead(dead) => (ctx.topics.dlq().to_owned(), encode(dead.as_ref()), None),
     };
-    let finished =
-        produce_until_durable(&ctx.producer, &topic, &delivery.tenant_id, &value, &cancel).await;
+    let key = Some(delivery.tenant_id.as_bytes());
+    let finished = produce_until_durable(&ctx.producer, &topic, key, &value, &cancel).await;
     if finished == Finished::Durable {
         match (&follow_up, tier) {
             (FollowUp::Dead(dead), _) => metrics::dead_letter(&dead.reason),
@@ -224,16 +224,19 @@ fn log_outcome(delivery: &Delivery, facts: &AttemptFacts<'_>) {
 }
 
 /// Produces one record, retrying with backoff until acknowledged or cancelled.
-async fn produce_until_durable(
+pub(crate) async fn produce_until_durable(
     producer: &FutureProducer,
     topic: &str,
-    key: &str,
+    key: Option<&[u8]>,
     value: &[u8],
     cancel: &CancellationToken,
 ) -> Finished {
     let mut backoff = Duration::from_millis(100);
     loop {
-        let record = FutureRecord::to(topic).key(key).payload(value);
+        let mut record = FutureRecord::<[u8], [u8]>::to(topic).payload(value);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
         let sent = tokio::select! {
             _ = cancel.cancelled() => return Finished::Abandoned,
             r = producer.send(record, Duration::from_secs(5)) => r,

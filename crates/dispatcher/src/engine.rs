@@ -3,7 +3,9 @@
 //!
 //! Guarantees:
 //! - at least once: an offset is finished only after delivery, a durable retry or
-//!   dead-letter record, or a cancellation; only the watermark is stored;
+//!   dead-letter record, a cancellation, or — for a record that is not a
+//!   `Delivery` — a durable quarantined record (quarantine.rs); only the
+//!   watermark is stored;
 //! - fairness: `hookline_core::Lanes` decides what starts (per-subscription
 //!   `max_in_flight` and `rate_limit_per_s`, tenant and global caps, retry share,
 //!   round-robin); a lane held back by its rate is started at its
@@ -33,8 +35,8 @@ use hookline_core::{
     head_decision, DueTimers, Flow, HeadDecision, Job, LaneKey, LaneLimits, LaneSettings, Lanes,
     Started,
 };
-use hookline_envelope::{decode, Delivery};
-use hookline_runtime::{health::Health, subscriptions::Subscriptions};
+use hookline_envelope::{decode_value, Delivery, Unusable};
+use hookline_runtime::{health::Health, kafka, subscriptions::Subscriptions};
 use rdkafka::{
     consumer::{BaseConsumer, Consumer},
     message::{Message, OwnedMessage},
@@ -51,7 +53,7 @@ use crate::{
     consumer::{Command, DispatchContext, FromKafka, TopicPartition},
     metrics,
     offsets::{self, Offsets},
-    DispatcherError,
+    quarantine, DispatcherError,
 };
 
 const LOOP: &str = "dispatcher";
@@ -97,9 +99,11 @@ struct Held {
     ready_since: SystemTime,
 }
 
+/// A task in flight: an attempt the lanes started, or (`started: None`) the
+/// quarantine write of a record that is not a `Delivery`.
 #[derive(Debug)]
 struct Running {
-    started: Started<Part>,
+    started: Option<Started<Part>>,
     abort: AbortHandle,
     cancel: CancellationToken,
 }
@@ -119,8 +123,10 @@ pub(crate) struct Engine {
     running: HashMap<Key, Running>,
     tasks: JoinSet<(Key, Finished)>,
     task_keys: HashMap<Id, Key>,
-    /// Paused by us for backpressure.
+    /// Paused by us for backpressure (lanes' buffer, or quarantine writes).
     paused: std::collections::BTreeSet<Part>,
+    /// Quarantine writes in flight per partition.
+    quarantining: HashMap<Part, usize>,
     /// Tier partitions paused until their head is due.
     timers: DueTimers<Part>,
     /// Partitions being rewound: their messages are stale until `Rewound`.
@@ -175,6 +181,7 @@ impl Engine {
             tasks: JoinSet::new(),
             task_keys: HashMap::new(),
             paused: Default::default(),
+            quarantining: HashMap::new(),
             timers: DueTimers::new(),
             rewinding: HashMap::new(),
             rewind_again: Vec::new(),
@@ -278,14 +285,9 @@ impl Engine {
             tracing::warn!(topic = msg.topic(), partition = part.partition, offset, %error, "skipping a record already tracked");
             return;
         }
-        let delivery: Delivery = match decode(msg.payload().unwrap_or_default()) {
+        let delivery: Delivery = match decode_value(msg.payload()) {
             Ok(d) => d,
-            Err(error) => {
-                metrics::undecodable();
-                tracing::error!(topic = msg.topic(), partition = part.partition, offset, %error, "skipping a record that is not a Delivery");
-                self.offsets.finish(part, offset);
-                return;
-            }
+            Err(unusable) => return self.quarantine(part, &msg, &unusable),
         };
         let input = &self.inputs[usize::from(part.input)];
         if input.retry {
@@ -335,6 +337,70 @@ impl Engine {
                 self.held.remove(&(part, offset));
             }
         }
+    }
+
+    /// Writes a record that is not a `Delivery` to the quarantine topic in a
+    /// task; its offset is finished when the write is acknowledged (`complete`).
+    /// A partition with too many writes pending is paused until they drain.
+    fn quarantine(&mut self, part: Part, msg: &OwnedMessage, unusable: &Unusable) {
+        let offset = msg.offset();
+        let record = unusable.quarantine(
+            &kafka::source_record(msg),
+            kafka::quarantined_headers(msg),
+            now_ms(),
+        );
+        tracing::warn!(
+            topic = msg.topic(),
+            partition = part.partition,
+            offset,
+            reason = %unusable.reason,
+            detail = %record.detail,
+            "quarantining a record that is not a Delivery"
+        );
+        let key = (part, offset);
+        let cancel = CancellationToken::new();
+        let token = cancel.clone();
+        let ctx = Arc::clone(&self.ctx);
+        let reason = unusable.reason;
+        let abort = self.tasks.spawn(async move {
+            let finished = quarantine::run(ctx, record, reason, token).await;
+            (key, finished)
+        });
+        self.task_keys.insert(abort.id(), key);
+        self.running.insert(
+            key,
+            Running {
+                started: None,
+                abort,
+                cancel,
+            },
+        );
+        let pending = self.quarantining.entry(part).or_default();
+        *pending += 1;
+        if *pending >= quarantine::PARTITION_PENDING_CAP && self.paused.insert(part) {
+            self.set_paused(part, true);
+        }
+    }
+
+    /// One quarantine write of `part` ended (acknowledged or abandoned).
+    fn quarantine_ended(&mut self, part: Part) {
+        if let Some(pending) = self.quarantining.get_mut(&part) {
+            *pending = pending.saturating_sub(1);
+            if *pending == 0 {
+                self.quarantining.remove(&part);
+            }
+        }
+        if self.paused.contains(&part) && self.may_unpause(part) {
+            self.paused.remove(&part);
+            self.maybe_resume(part);
+        }
+    }
+
+    /// Whether neither the lanes' buffer nor pending quarantine writes hold `part`.
+    fn may_unpause(&self, part: Part) -> bool {
+        !self.lanes.is_paused(&part)
+            && self.quarantining.get(&part).copied().unwrap_or(0)
+                <= quarantine::PARTITION_PENDING_CAP / 2
     }
 
     /// The head of tier partition `part` at `offset` is due at `until`: forget it
@@ -468,7 +534,7 @@ impl Engine {
             self.running.insert(
                 key,
                 Running {
-                    started,
+                    started: Some(started),
                     abort,
                     cancel,
                 },
@@ -498,8 +564,13 @@ impl Engine {
         let Some(run) = self.running.remove(&key) else {
             return; // abandoned by a revoke or drain already
         };
-        if let Err(error) = self.lanes.complete(&run.started) {
-            tracing::error!(%error, "lanes refused a completion");
+        match &run.started {
+            Some(started) => {
+                if let Err(error) = self.lanes.complete(started) {
+                    tracing::error!(%error, "lanes refused a completion");
+                }
+            }
+            None => self.quarantine_ended(key.0),
         }
         if finished == Finished::Durable {
             self.offsets.finish(key.0, key.1);
@@ -515,7 +586,7 @@ impl Engine {
             None,
         );
         for part in self.lanes.take_resumable() {
-            if self.paused.remove(&part) {
+            if self.may_unpause(part) && self.paused.remove(&part) {
                 self.maybe_resume(part);
             }
         }
@@ -581,7 +652,11 @@ impl Engine {
             })
             .collect();
         metrics::gauges(&metrics::Gauges {
-            in_flight: self.running.len(),
+            in_flight: self
+                .running
+                .values()
+                .filter(|r| r.started.is_some())
+                .count(),
             lanes: self.lanes.lane_count(),
             rate_limited: self.lanes.rate_limited_subscriptions(),
             buffered: self.lanes.buffered_records(),
@@ -661,7 +736,12 @@ impl Engine {
                 run.cancel.cancel();
                 run.abort.abort();
                 self.task_keys.remove(&run.abort.id());
-                let _ = self.lanes.complete(&run.started);
+                match &run.started {
+                    Some(started) => {
+                        let _ = self.lanes.complete(started);
+                    }
+                    None => self.quarantine_ended(key.0),
+                }
             }
         }
         keys.len()
@@ -707,4 +787,11 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
 }

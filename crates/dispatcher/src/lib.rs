@@ -1,9 +1,10 @@
 //! The dispatcher stage (DESIGN §4): consumes `deliveries`, looks each
 //! subscription up at attempt time, signs (Standard Webhooks) and POSTs behind
 //! the egress policy, and writes failures to the retry tier the ladder picks or
-//! to the DLQ —
-//! finishing a record's offset only once its outcome is durable, so a crash
-//! re-attempts (same `webhook-id`) and never loses a delivery.
+//! to the DLQ — finishing a record's offset only once its outcome is durable, so
+//! a crash re-attempts (same `webhook-id`) and never loses a delivery. A record
+//! that is not a `Delivery` goes to `events.quarantine` with its reason, and its
+//! offset is finished only once that write is durable too.
 
 mod attempt;
 pub mod config;
@@ -12,6 +13,7 @@ mod engine;
 mod metrics;
 mod offsets;
 mod outcome;
+mod quarantine;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -119,6 +121,7 @@ async fn run_stage(
     let mut needed = vec![topics.subscriptions(), topics.deliveries()];
     needed.extend(topics.retries().map(|(_, topic)| topic));
     needed.push(topics.dlq());
+    needed.push(topics.quarantine());
     if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
         return Ok(());
     }

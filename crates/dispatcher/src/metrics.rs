@@ -1,11 +1,12 @@
 //! Recording of dispatcher metrics; the names live in `metric_names`. Labels come
 //! from fixed sets only: outcome (`hookline_core::OUTCOMES`), status class, topic
-//! label (`deliveries` or a tier name), tier, dead-letter reason — never tenant,
-//! URL or ids.
+//! label (`deliveries` or a tier name), tier, dead-letter or quarantine reason —
+//! never tenant, URL or ids.
 
 use std::time::Duration;
 
 use hookline_core::{status_class, Classification, OUTCOMES};
+use hookline_envelope::QuarantineReason;
 use hookline_runtime::metric_names::{self as m, label};
 
 /// Zeroes labelled counters so dashboards show them before the first event.
@@ -18,7 +19,9 @@ pub(crate) fn describe() {
     metrics::counter!(m::DISPATCHER_CANCELLED).absolute(0);
     metrics::counter!(m::DISPATCHER_EGRESS_DENIED).absolute(0);
     metrics::counter!(m::DISPATCHER_FOLLOW_UP_ERRORS).absolute(0);
-    metrics::counter!(m::DISPATCHER_UNDECODABLE).absolute(0);
+    for reason in QuarantineReason::ALL {
+        metrics::counter!(m::DISPATCHER_QUARANTINED, label::REASON => reason.as_str()).absolute(0);
+    }
     metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => crate::outcome::EXHAUSTED)
         .absolute(0);
 }
@@ -74,8 +77,8 @@ pub(crate) fn follow_up_failed() {
     metrics::counter!(m::DISPATCHER_FOLLOW_UP_ERRORS).increment(1);
 }
 
-pub(crate) fn undecodable() {
-    metrics::counter!(m::DISPATCHER_UNDECODABLE).increment(1);
+pub(crate) fn quarantined(reason: QuarantineReason) {
+    metrics::counter!(m::DISPATCHER_QUARANTINED, label::REASON => reason.as_str()).increment(1);
 }
 
 pub(crate) fn paused() {

@@ -171,8 +171,9 @@ pub struct QuarantinedHeader {
     pub value: Option<Vec<u8>>,
 }
 
-/// An undecodable or unusable record from `events`, kept byte for byte on
-/// `events.quarantine` (`schemas/quarantined_event.avsc`).
+/// An undecodable or unusable record from `events` (fanout) or from `deliveries` or a
+/// retry tier (dispatcher), kept byte for byte on `events.quarantine`
+/// (`schemas/quarantined_event.avsc`); built only by [`crate::Unusable::quarantine`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuarantinedEvent {
     /// The original key, if any.

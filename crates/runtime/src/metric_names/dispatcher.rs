@@ -19,10 +19,13 @@ pub const DISPATCHER_OLDEST_READY_AGE: &str = "hookline_dispatcher_oldest_ready_
 pub const DISPATCHER_CANCELLED: &str = "hookline_dispatcher_cancelled_total";
 /// Attempts refused by the egress policy.
 pub const DISPATCHER_EGRESS_DENIED: &str = "hookline_dispatcher_egress_denied_total";
-/// Follow-up records (retry, dead letter) whose produce failed and is retried.
+/// Follow-up records (retry, dead letter, quarantined record) whose produce
+/// failed and is retried.
 pub const DISPATCHER_FOLLOW_UP_ERRORS: &str = "hookline_dispatcher_follow_up_errors_total";
-/// Records on an input topic that could not be decoded as a `Delivery` (skipped).
-pub const DISPATCHER_UNDECODABLE: &str = "hookline_dispatcher_undecodable_records_total";
+/// Records on `deliveries` or a retry tier that are not a `Delivery`, written to
+/// `events.quarantine`, by reason (`not_avro`, `unknown_fingerprint`,
+/// `wrong_record`, `bad_datum`); counted once the quarantine write is acknowledged.
+pub const DISPATCHER_QUARANTINED: &str = "hookline_dispatcher_records_quarantined_total";
 /// Times a partition was paused because its buffer was full.
 pub const DISPATCHER_BACKPRESSURE_PAUSES: &str = "hookline_dispatcher_backpressure_pauses_total";
 /// Per retry tier: how far past its due time the most overdue record not yet
@@ -98,11 +101,11 @@ pub(super) fn describe() {
     );
     metrics::describe_counter!(
         DISPATCHER_FOLLOW_UP_ERRORS,
-        "Failed produces of retry or dead-letter records (retried)."
+        "Failed produces of retry, dead-letter or quarantined records (retried)."
     );
     metrics::describe_counter!(
-        DISPATCHER_UNDECODABLE,
-        "Input records that are not a Delivery; skipped."
+        DISPATCHER_QUARANTINED,
+        "Input records that are not a Delivery, written to the quarantine topic, by reason."
     );
     metrics::describe_counter!(
         DISPATCHER_BACKPRESSURE_PAUSES,
