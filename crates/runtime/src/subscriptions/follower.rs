@@ -1,6 +1,8 @@
 //! Follows the `subscriptions` topic into a [`SubscriptionTable`]. A record
-//! that cannot be decoded is logged, counted and skipped; it never stops the
-//! table. Readiness turns on once every partition has reached the high
+//! that cannot be used is counted by reason (`not_avro`, `unknown_fingerprint`,
+//! `wrong_record`, `bad_datum`, `bad_key`, `key_mismatch`, `bad_pattern`),
+//! logged with its coordinates and skipped; it never stops the table, and it is
+//! never written anywhere (every replica re-reads the whole table). Readiness turns on once every partition has reached the high
 //! watermark it had when the follower started.
 
 use std::{
@@ -9,7 +11,7 @@ use std::{
     time::Duration,
 };
 
-use hookline_envelope::{decode, Subscription};
+use hookline_envelope::{decode, error_chain, Subscription};
 use rdkafka::{
     consumer::{Consumer, StreamConsumer},
     error::KafkaError,
@@ -264,12 +266,18 @@ impl Follower {
         Ok((tpl, progress))
     }
 
+    /// Applies one record. A record that cannot be used is counted by reason,
+    /// logged with its coordinates and skipped; it is deliberately not
+    /// quarantined: every replica re-reads the compacted table from the start,
+    /// so each would write it again on every start, forever. The fix is a
+    /// corrected record (or a tombstone) under the same key.
     fn apply(&self, key: Option<&[u8]>, payload: Option<&[u8]>, partition: i32, offset: i64) {
         let stage = self.stage;
+        let topic = self.topic.as_str();
         let invalid = |reason: &'static str, detail: String| {
             metrics::counter!(m::SUBSCRIPTIONS_INVALID, m::label::STAGE => stage, m::label::REASON => reason)
                 .increment(1);
-            tracing::warn!(partition, offset, reason, %detail, "skipping subscription record");
+            tracing::warn!(topic, partition, offset, reason, %detail, "skipping an unusable subscription record");
         };
         let Some(key) = key.and_then(|k| std::str::from_utf8(k).ok()) else {
             return invalid("bad_key", "missing or non-UTF-8 key".to_owned());
@@ -279,7 +287,7 @@ impl Follower {
             Some(bytes) => {
                 let record: Subscription = match decode(bytes) {
                     Ok(r) => r,
-                    Err(e) => return invalid("undecodable", e.to_string()),
+                    Err(e) => return invalid(e.quarantine_reason().as_str(), error_chain(&e)),
                 };
                 if record.subscription_id != key {
                     return invalid(
