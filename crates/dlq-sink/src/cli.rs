@@ -17,7 +17,7 @@ use crate::{
 pub const EXIT_OK: i32 = 0;
 /// A bad flag, filter or configuration; nothing was read or written.
 pub const EXIT_USAGE: i32 = 1;
-/// `replay`: some matching records could not be replayed (see the summary).
+/// `replay`: some matching records could not be replayed or were refused (see the summary).
 pub const EXIT_PARTIAL: i32 = 2;
 /// `replay`: no record matched the filters; nothing was written.
 pub const EXIT_NOTHING_MATCHED: i32 = 3;
@@ -30,7 +30,9 @@ Exit codes:
   0  success: the sink stopped cleanly; inspect ran; replay previewed or wrote
      every matching record
   1  usage: a bad flag, filter or configuration (nothing read or written)
-  2  replay: some matching records could not be replayed (see the summary)
+  2  replay: some matching records could not be replayed, or were refused
+     (a quarantined record whose source topic is not events, deliveries or a
+     retry tier of this prefix); see the summary
   3  replay: no record matched the filters (nothing written)
   4  failure: Kafka or the archive could not be read or written";
 
@@ -41,7 +43,8 @@ pub struct SourceArgs {
     #[arg(long)]
     pub from_archive: bool,
 
-    /// Read `events.quarantine` instead of `deliveries.dlq`.
+    /// Read `events.quarantine` instead of `deliveries.dlq`. `replay` writes each
+    /// quarantined record back to its source topic (`events`, `deliveries` or a retry tier).
     #[arg(long)]
     pub quarantine: bool,
 }

@@ -24,8 +24,10 @@ enum Command {
     #[command(after_help = EXIT_CODES_HELP)]
     Inspect(hookline_dlq_sink::inspect::InspectArgs),
     /// Preview (default) or, with --execute, write matching dead letters back to
-    /// `deliveries` (attempt 0, same delivery_id, replay_of set), or quarantined events back
-    /// to `events`. Reads by assignment, never commits.
+    /// `deliveries` (attempt 0, same delivery_id, replay_of set), or, with --quarantine,
+    /// quarantined records byte for byte back to the topic each was read from (`events`,
+    /// `deliveries` or a retry tier of this --topic-prefix; any other source topic is
+    /// refused and the exit code is 2). Reads by assignment, never commits.
     #[command(after_help = EXIT_CODES_HELP)]
     Replay(hookline_dlq_sink::replay::ReplayArgs),
 }

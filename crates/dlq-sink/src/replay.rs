@@ -1,15 +1,24 @@
 //! `hookline-dlq-sink replay`: sends matching dead letters back to `deliveries` (or a retry
-//! tier), or quarantined events back to `events`.
+//! tier), or quarantined records back to the topic each was read from.
 //!
 //! Guarantees: a preview (the default) writes nothing. With `--execute`, each dead letter's
 //! delivery is written with `attempt` 0, `due_at` now, attempt history cleared (so `max_age`
 //! starts again), the ORIGINAL `delivery_id` (the receiver's idempotency key) and
-//! `replay_of` = the dead letter's coordinates; a quarantined event is written byte for byte
-//! with its original key and headers. The producer is idempotent with `acks=all` and every
-//! send is awaited before the summary, so "replayed" means acknowledged by Kafka. Reading is
-//! by assignment: the sink's consumer group is never touched.
+//! `replay_of` = the dead letter's coordinates; a quarantined record is written byte for byte
+//! with its original key and headers to its `source_topic` — `events` for what fanout
+//! quarantined, `deliveries` or a retry tier for what the dispatcher quarantined — and only
+//! if that is a pipeline input of this `--topic-prefix` (`Topics::is_pipeline_input`);
+//! any other source topic is refused, counted, and makes the exit code 2. The producer is
+//! idempotent with `acks=all` and every send is awaited before the summary, so "replayed"
+//! means acknowledged by Kafka. Reading is by assignment: the sink's consumer group is never
+//! touched.
 
-use std::{collections::BTreeMap, io::IsTerminal, io::Write, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::IsTerminal,
+    io::Write,
+    time::Duration,
+};
 
 use clap::Args;
 use futures::{stream::FuturesUnordered, StreamExt};
@@ -72,14 +81,18 @@ pub struct Summary {
     pub matched: u64,
     /// Records written and acknowledged.
     pub replayed: u64,
-    /// Matching records that could not be replayed (undecodable, or the send failed).
+    /// Matching records that could not be replayed (undecodable, the destination topic
+    /// does not exist, or the send failed).
     pub failed: u64,
+    /// Matching quarantined records not replayed because their source topic is not a
+    /// pipeline input of this prefix (`events`, `deliveries`, `deliveries.<tier>`).
+    pub refused: u64,
 }
 
 impl Summary {
-    /// The exit code: 2 if anything failed, 3 if nothing matched, else 0.
+    /// The exit code: 2 if anything failed or was refused, 3 if nothing matched, else 0.
     pub fn exit_code(&self) -> i32 {
-        if self.failed > 0 {
+        if self.failed > 0 || self.refused > 0 {
             EXIT_PARTIAL
         } else if self.matched == 0 {
             EXIT_NOTHING_MATCHED
@@ -89,12 +102,31 @@ impl Summary {
     }
 }
 
-/// One record to write back.
+/// One record to write back, and where.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Replayed {
+    pub topic: String,
     pub key: Option<Vec<u8>>,
     pub value: Vec<u8>,
     pub headers: Vec<QuarantinedHeader>,
+}
+
+/// Where replayed records go.
+#[derive(Debug, Clone)]
+pub(crate) enum Destination {
+    /// Every dead letter's delivery to this topic (`deliveries` or `--to-tier`).
+    Fixed(String),
+    /// Every quarantined record to its own `source_topic`, if a pipeline input of these topics.
+    SourceTopic(Topics),
+}
+
+/// Why a matching row is not replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NotReplayed {
+    /// It cannot be: no value, or not the record its topic carries.
+    Failed(String),
+    /// Its source topic is not one replay may write to.
+    Refused(String),
 }
 
 /// The delivery a dead letter is replayed as.
@@ -111,28 +143,53 @@ pub(crate) fn replay_delivery(dl: &DeadLetter, of: ReplayOf, now_ms: i64) -> Del
     }
 }
 
-/// What to write back for a row, or why it cannot be replayed.
-pub(crate) fn replay_record(row: &ArchiveRow, now_ms: i64) -> Result<Replayed, String> {
+/// What to write back for a row, and where, or why it is not replayed.
+pub(crate) fn replay_record(
+    row: &ArchiveRow,
+    destination: &Destination,
+    now_ms: i64,
+) -> Result<Replayed, NotReplayed> {
+    let failed = |e: &dyn std::error::Error| NotReplayed::Failed(error_chain(e));
     let value = row
         .value
         .as_deref()
-        .ok_or_else(|| "the record has no value".to_owned())?;
+        .ok_or_else(|| NotReplayed::Failed("the record has no value".to_owned()))?;
     if row.kind == Kind::Quarantine.as_str() {
-        let q: QuarantinedEvent = decode(value).map_err(|e| error_chain(&e))?;
+        let q: QuarantinedEvent = decode(value).map_err(|e| failed(&e))?;
+        let topic = match destination {
+            Destination::SourceTopic(topics) if topics.is_pipeline_input(&q.source_topic) => {
+                q.source_topic
+            }
+            Destination::SourceTopic(topics) => {
+                return Err(NotReplayed::Refused(format!(
+                    "source topic `{}` is not a pipeline topic of --topic-prefix `{}` \
+                     (events, deliveries, deliveries.<tier>); not replayed",
+                    q.source_topic,
+                    topics.prefix()
+                )))
+            }
+            Destination::Fixed(topic) => topic.clone(),
+        };
         return Ok(Replayed {
+            topic,
             key: q.key,
             value: q.value,
             headers: q.headers,
         });
     }
-    let dl: DeadLetter = decode(value).map_err(|e| error_chain(&e))?;
+    let dl: DeadLetter = decode(value).map_err(|e| failed(&e))?;
     let of = ReplayOf {
         topic: row.topic.clone(),
         partition: row.partition,
         offset: row.offset,
     };
     let delivery = replay_delivery(&dl, of, now_ms);
+    let topic = match destination {
+        Destination::Fixed(topic) => topic.clone(),
+        Destination::SourceTopic(topics) => topics.deliveries().to_owned(),
+    };
     Ok(Replayed {
+        topic,
         key: Some(delivery.tenant_id.clone().into_bytes()),
         value: encode(&delivery),
         headers: Vec::new(),
@@ -156,30 +213,37 @@ pub async fn run(
     }
     let topics = Topics::with_prefix(&common.topic_prefix)?;
     let destination = match (&args.to_tier, args.source.quarantine) {
-        (_, true) => topics.events().to_owned(),
-        (Some(tier), false) => Topics::new(&common.topic_prefix, &[tier.as_str()])?
-            .retry(tier)
-            .map(str::to_owned)
-            .ok_or_else(|| CliError::Usage(format!("invalid --to-tier `{tier}`")))?,
-        (None, false) => topics.deliveries().to_owned(),
+        (_, true) => Destination::SourceTopic(topics),
+        (Some(tier), false) => Destination::Fixed(
+            Topics::new(&common.topic_prefix, &[tier.as_str()])?
+                .retry(tier)
+                .map(str::to_owned)
+                .ok_or_else(|| CliError::Usage(format!("invalid --to-tier `{tier}`")))?,
+        ),
+        (None, false) => Destination::Fixed(topics.deliveries().to_owned()),
     };
     let producer = if args.execute {
-        let missing = kafka::missing_topics(common, &[destination.as_str()]).await?;
-        if !missing.is_empty() {
-            return Err(CliError::Usage(format!(
-                "the destination topic {destination} does not exist (check --to-tier and \
-                 --topic-prefix); nothing written"
-            )));
+        if let Destination::Fixed(topic) = &destination {
+            let missing = kafka::missing_topics(common, &[topic.as_str()]).await?;
+            if !missing.is_empty() {
+                return Err(CliError::Usage(format!(
+                    "the destination topic {topic} does not exist (check --to-tier and \
+                     --topic-prefix); nothing written"
+                )));
+            }
         }
         Some(producer(common)?)
     } else {
         None
     };
+    // Whether each per-record destination exists, looked up once per topic.
+    let mut exists: HashMap<String, bool> = HashMap::new();
     let mut source = open_source(common, archive, &args.source, &filter).await?;
     let bar = progress_bar(source.total(), args.source.from_archive);
 
     let mut summary = Summary::default();
     let mut by_reason_tenant: BTreeMap<Vec<String>, u64> = BTreeMap::new();
+    let mut by_destination: BTreeMap<String, u64> = BTreeMap::new();
     let mut in_flight = FuturesUnordered::new();
     let interval = args.rate.map(|r| Duration::from_secs_f64(1.0 / r));
     let mut next_send = tokio::time::Instant::now();
@@ -201,28 +265,43 @@ pub async fn run(
                 row.tenant_id.clone().unwrap_or_else(|| "-".into()),
             ])
             .or_default() += 1;
-        let record = match replay_record(&row, now_ms()) {
+        let record = match replay_record(&row, &destination, now_ms()) {
             Ok(r) => r,
-            Err(why) => {
+            Err(NotReplayed::Failed(why)) => {
                 summary.failed += 1;
                 tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %why, "cannot replay");
                 continue;
             }
+            Err(NotReplayed::Refused(why)) => {
+                summary.refused += 1;
+                tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %why, "refusing to replay");
+                continue;
+            }
         };
         let Some(producer) = &producer else {
+            *by_destination.entry(record.topic.clone()).or_default() += 1;
             continue;
         };
+        if !exists.contains_key(&record.topic) {
+            let missing = kafka::missing_topics(common, &[record.topic.as_str()]).await?;
+            exists.insert(record.topic.clone(), missing.is_empty());
+        }
+        if exists.get(&record.topic) == Some(&false) {
+            summary.failed += 1;
+            tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, destination = %record.topic, "cannot replay: the destination topic does not exist");
+            continue;
+        }
         if let Some(step) = interval {
             tokio::time::sleep_until(next_send).await;
             next_send = next_send.max(tokio::time::Instant::now()) + step;
         }
         while in_flight.len() >= MAX_IN_FLIGHT {
-            settle(in_flight.next().await, &mut summary);
+            settle(in_flight.next().await, &mut summary, &mut by_destination);
         }
-        in_flight.push(send(producer.clone(), destination.clone(), record, row));
+        in_flight.push(send(producer.clone(), record, row));
         while let Some(done) = futures::FutureExt::now_or_never(in_flight.next()) {
             match done {
-                Some(r) => settle(Some(r), &mut summary),
+                Some(r) => settle(Some(r), &mut summary, &mut by_destination),
                 None => break,
             }
         }
@@ -232,41 +311,50 @@ pub async fn run(
         ));
     }
     while let Some(r) = in_flight.next().await {
-        settle(Some(r), &mut summary);
+        settle(Some(r), &mut summary, &mut by_destination);
     }
     bar.finish_and_clear();
 
+    let to = match &destination {
+        Destination::Fixed(topic) => topic.clone(),
+        Destination::SourceTopic(_) => "their source topics".to_owned(),
+    };
     if args.execute {
-        writeln!(out, "replayed to {destination}")?;
+        writeln!(out, "replayed to {to}")?;
     } else {
         writeln!(
             out,
-            "preview: {} record(s) would be replayed to {destination}; nothing written \
+            "preview: {} record(s) would be replayed to {to}; nothing written \
              (add --execute to replay)",
-            summary.matched
+            by_destination.values().sum::<u64>()
         )?;
-        if !by_reason_tenant.is_empty() {
-            print_counts(
-                out,
-                &[CountBy::Reason, CountBy::Tenant],
-                &by_reason_tenant,
-                Output::Table,
-            )?;
+    }
+    if matches!(destination, Destination::SourceTopic(_)) {
+        for (topic, n) in &by_destination {
+            writeln!(out, "  {topic}: {n}")?;
         }
+    }
+    if !args.execute && !by_reason_tenant.is_empty() {
+        print_counts(
+            out,
+            &[CountBy::Reason, CountBy::Tenant],
+            &by_reason_tenant,
+            Output::Table,
+        )?;
     }
     writeln!(
         out,
-        "scanned {}, matched {}, replayed {}, failed {}",
-        summary.scanned, summary.matched, summary.replayed, summary.failed
+        "scanned {}, matched {}, replayed {}, failed {}, refused {}",
+        summary.scanned, summary.matched, summary.replayed, summary.failed, summary.refused
     )?;
     Ok(summary)
 }
 
-type SendResult = Result<(), String>;
+/// The record's destination topic and whether it was acknowledged.
+type SendResult = (String, Result<(), String>);
 
 async fn send(
     producer: FutureProducer,
-    topic: String,
     record: Replayed,
     row: ArchiveRow,
 ) -> (SendResult, ArchiveRow) {
@@ -277,7 +365,7 @@ async fn send(
             value: h.value.as_deref(),
         });
     }
-    let mut fr = FutureRecord::<[u8], [u8]>::to(&topic).payload(&record.value);
+    let mut fr = FutureRecord::<[u8], [u8]>::to(&record.topic).payload(&record.value);
     if let Some(k) = &record.key {
         fr = fr.key(k);
     }
@@ -289,15 +377,23 @@ async fn send(
         .await
         .map(drop)
         .map_err(|(e, _)| e.to_string());
-    (result, row)
+    ((record.topic, result), row)
 }
 
-fn settle(done: Option<(SendResult, ArchiveRow)>, summary: &mut Summary) {
+/// Counts a finished send: replayed (by destination) or failed.
+fn settle(
+    done: Option<(SendResult, ArchiveRow)>,
+    summary: &mut Summary,
+    by_destination: &mut BTreeMap<String, u64>,
+) {
     match done {
-        Some((Ok(()), _)) => summary.replayed += 1,
-        Some((Err(why), row)) => {
+        Some(((topic, Ok(())), _)) => {
+            summary.replayed += 1;
+            *by_destination.entry(topic).or_default() += 1;
+        }
+        Some(((destination, Err(why)), row)) => {
             summary.failed += 1;
-            tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %why, "replay send failed");
+            tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %destination, %why, "replay send failed");
         }
         None => {}
     }

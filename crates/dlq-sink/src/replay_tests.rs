@@ -38,6 +38,14 @@ fn dead_letter() -> DeadLetter {
     }
 }
 
+fn deliveries() -> Destination {
+    Destination::Fixed("x.deliveries".into())
+}
+
+fn to_source() -> Destination {
+    Destination::SourceTopic(Topics::with_prefix("x.").unwrap())
+}
+
 fn row_of(kind: Kind, value: &[u8]) -> ArchiveRow {
     ArchiveRow::from_record(
         kind,
@@ -58,7 +66,8 @@ fn row_of(kind: Kind, value: &[u8]) -> ArchiveRow {
 fn a_replayed_delivery_starts_over_with_the_same_id_and_lineage() {
     let dl = dead_letter();
     let row = row_of(Kind::Dlq, &encode(&dl));
-    let replayed = replay_record(&row, 1_000).unwrap();
+    let replayed = replay_record(&row, &deliveries(), 1_000).unwrap();
+    assert_eq!(replayed.topic, "x.deliveries");
     assert_eq!(replayed.key.as_deref(), Some(&b"acme"[..]));
     assert!(replayed.headers.is_empty());
     let d: Delivery = decode(&replayed.value).unwrap();
@@ -84,9 +93,8 @@ fn a_replayed_delivery_starts_over_with_the_same_id_and_lineage() {
     );
 }
 
-#[test]
-fn a_quarantined_event_is_replayed_byte_for_byte() {
-    let q = QuarantinedEvent {
+fn quarantined(source_topic: &str) -> QuarantinedEvent {
+    QuarantinedEvent {
         key: Some(b"acme".to_vec()),
         value: b"\x00\x01raw".to_vec(),
         headers: vec![QuarantinedHeader {
@@ -95,38 +103,75 @@ fn a_quarantined_event_is_replayed_byte_for_byte() {
         }],
         reason: "not_avro".into(),
         detail: "x".into(),
-        source_topic: "events".into(),
+        source_topic: source_topic.into(),
         source_partition: 0,
         source_offset: 3,
         quarantined_at: 9,
-    };
-    let row = row_of(Kind::Quarantine, &encode(&q));
-    let replayed = replay_record(&row, 1_000).unwrap();
-    assert_eq!(
-        replayed,
-        Replayed {
-            key: q.key.clone(),
-            value: q.value.clone(),
-            headers: q.headers.clone(),
+    }
+}
+
+#[test]
+fn a_quarantined_record_is_replayed_byte_for_byte_to_its_source_topic() {
+    for source in [
+        "x.events",
+        "x.deliveries",
+        "x.deliveries.retry-10s",
+        "x.deliveries.t1",
+    ] {
+        let q = quarantined(source);
+        let row = row_of(Kind::Quarantine, &encode(&q));
+        let replayed = replay_record(&row, &to_source(), 1_000).unwrap();
+        assert_eq!(
+            replayed,
+            Replayed {
+                topic: source.to_owned(),
+                key: q.key.clone(),
+                value: q.value.clone(),
+                headers: q.headers.clone(),
+            }
+        );
+    }
+}
+
+#[test]
+fn a_quarantined_record_from_elsewhere_is_refused() {
+    for source in [
+        "x.deliveries.dlq",
+        "x.events.quarantine",
+        "x.subscriptions",
+        "events",
+        "y.deliveries",
+    ] {
+        let row = row_of(Kind::Quarantine, &encode(&quarantined(source)));
+        match replay_record(&row, &to_source(), 1_000) {
+            Err(NotReplayed::Refused(why)) => {
+                assert!(why.contains(source) && why.contains("`x.`"), "{why}")
+            }
+            other => panic!("{source}: expected a refusal, got {other:?}"),
         }
-    );
+    }
 }
 
 #[test]
 fn undecodable_rows_cannot_be_replayed() {
     let row = row_of(Kind::Dlq, b"garbage, not avro");
-    assert!(replay_record(&row, 0).unwrap_err().contains("magic"));
+    match replay_record(&row, &deliveries(), 0) {
+        Err(NotReplayed::Failed(why)) => assert!(why.contains("magic"), "{why}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
 }
 
 #[test]
 fn exit_codes_follow_the_summary() {
-    let s = |matched, replayed, failed| Summary {
+    let s = |matched, replayed, failed, refused| Summary {
         scanned: 10,
         matched,
         replayed,
         failed,
+        refused,
     };
-    assert_eq!(s(3, 3, 0).exit_code(), 0);
-    assert_eq!(s(3, 2, 1).exit_code(), 2);
-    assert_eq!(s(0, 0, 0).exit_code(), 3);
+    assert_eq!(s(3, 3, 0, 0).exit_code(), 0);
+    assert_eq!(s(3, 2, 1, 0).exit_code(), 2);
+    assert_eq!(s(3, 2, 0, 1).exit_code(), 2);
+    assert_eq!(s(0, 0, 0, 0).exit_code(), 3);
 }

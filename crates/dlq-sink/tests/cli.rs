@@ -298,3 +298,86 @@ async fn quarantine_replay_restores_the_original_bytes_key_and_headers() {
         assert_eq!(headers, want);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quarantine_replay_returns_each_record_to_its_source_topic_and_refuses_others() {
+    let env = Env::new("cli-quarantine-source").await;
+    let tier = env.topics.retry("retry-10s").unwrap().to_owned();
+    let delivery_bytes = encode(&dead_letter("acme", 1, "exhausted").delivery);
+    // (source topic, value, replayed?)
+    let cases: Vec<(String, Vec<u8>, bool)> = vec![
+        (env.topics.events().into(), b"\x00raw event".to_vec(), true),
+        // Quarantined by the dispatcher: back to the ready queue, not to events.
+        (env.topics.deliveries().into(), delivery_bytes.clone(), true),
+        (tier.clone(), b"\x00raw retry".to_vec(), true),
+        (
+            env.topics.dlq().into(),
+            b"\x00not for the dlq".to_vec(),
+            false,
+        ),
+        ("someone-else.events".into(), b"\x00foreign".to_vec(), false),
+    ];
+    for (i, (source, value, _)) in cases.iter().enumerate() {
+        let q = QuarantinedEvent {
+            key: Some(b"acme".to_vec()),
+            value: value.clone(),
+            headers: vec![QuarantinedHeader {
+                name: "origin".into(),
+                value: Some(format!("case-{i}").into_bytes()),
+            }],
+            reason: "unknown_fingerprint".into(),
+            detail: "x".into(),
+            source_topic: source.clone(),
+            source_partition: 0,
+            source_offset: i as i64,
+            quarantined_at: 1_795_995_000_000,
+        };
+        env.send(env.topics.quarantine(), Some(b"acme"), &encode(&q), None)
+            .await;
+    }
+
+    let (code, stdout, stderr) = env.cli(&["replay", "--quarantine"]);
+    assert_eq!(code, 2, "refusals make a partial replay: {stdout} {stderr}");
+    assert!(
+        stdout.contains("preview: 3 record(s) would be replayed to their source topics"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("  {}: 1", env.topics.deliveries())),
+        "{stdout}"
+    );
+    assert!(stdout.contains("failed 0, refused 2"), "{stdout}");
+    assert!(stderr.contains("is not a pipeline topic"), "{stderr}");
+
+    let (code, stdout, stderr) = env.cli(&["replay", "--quarantine", "--execute"]);
+    assert_eq!(code, 2, "{stdout} {stderr}");
+    assert!(
+        stdout.contains("matched 5, replayed 3, failed 0, refused 2"),
+        "{stdout}"
+    );
+    assert!(stderr.contains("someone-else.events"), "{stderr}");
+    for (i, (source, value, replayed)) in cases.iter().enumerate() {
+        if !replayed {
+            continue;
+        }
+        let got = kafka::read_to_end(source).await.unwrap();
+        assert_eq!(got.len(), 1, "{source}");
+        assert_eq!(got[0].payload(), Some(&value[..]), "{source}");
+        assert_eq!(got[0].key(), Some(&b"acme"[..]));
+        let h = got[0].headers().unwrap().get(0);
+        assert_eq!(
+            (h.key, h.value),
+            ("origin", Some(format!("case-{i}").as_bytes()))
+        );
+    }
+    let deliveries = kafka::read_to_end(env.topics.deliveries()).await.unwrap();
+    let back: Delivery = decode(deliveries[0].payload().unwrap()).unwrap();
+    assert_eq!(
+        back.replay_of, None,
+        "a quarantined record is returned as it was"
+    );
+    assert!(kafka::read_to_end(env.topics.dlq())
+        .await
+        .unwrap()
+        .is_empty());
+}

@@ -178,6 +178,26 @@ impl Topics {
         inputs.extend(self.retries().map(|(_, topic)| topic));
         inputs
     }
+
+    /// Whether `topic` is where a stage of this prefix reads records it may
+    /// quarantine, and so where a quarantined record may be returned: `events`,
+    /// `deliveries`, or `deliveries.<tier>` for any legal tier name — not only this
+    /// ladder's, since the ladder is the dispatcher's configuration — but never the
+    /// DLQ, the quarantine topic, the subscription table, or another prefix's topic.
+    pub fn is_pipeline_input(&self, topic: &str) -> bool {
+        if topic == self.events || topic == self.deliveries {
+            return true;
+        }
+        topic
+            .strip_prefix(self.deliveries.as_str())
+            .and_then(|rest| rest.strip_prefix('.'))
+            .is_some_and(|tier| {
+                !tier.is_empty()
+                    && check_chars("retry tier", tier).is_ok()
+                    && topic != self.dlq
+                    && topic.len() <= MAX_TOPIC_LEN
+            })
+    }
 }
 
 impl fmt::Display for Topics {
@@ -309,6 +329,35 @@ mod tests {
             Topics::new("", &[tier.as_str()]),
             Err(TopicError::TooLong { .. })
         ));
+    }
+
+    #[test]
+    fn pipeline_inputs_are_events_deliveries_and_any_tier_of_the_prefix() {
+        let t = Topics::new("p.", &["fast"]).unwrap();
+        for topic in [
+            "p.events",
+            "p.deliveries",
+            "p.deliveries.fast",
+            "p.deliveries.retry-10s",
+        ] {
+            assert!(t.is_pipeline_input(topic), "{topic}");
+        }
+        for topic in [
+            "p.deliveries.dlq",
+            "p.events.quarantine",
+            "p.subscriptions",
+            "p.deliveries.",
+            "p.deliveries.a b",
+            "p.deliveriesx",
+            "events",
+            "q.events",
+            "q.deliveries.fast",
+            "",
+        ] {
+            assert!(!t.is_pipeline_input(topic), "{topic}");
+        }
+        assert!(Topics::default().is_pipeline_input("deliveries.retry-2h"));
+        assert!(!Topics::default().is_pipeline_input("p.events"));
     }
 
     #[test]
