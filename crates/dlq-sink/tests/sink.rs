@@ -1,6 +1,7 @@
 //! The sink on real Kafka: every dead letter and quarantined event lands in the archive with
-//! its fields and coordinates, a record that is not a `DeadLetter` is archived raw with the
-//! reason, and offsets are committed once the files are durable.
+//! its fields and coordinates, a record that is not a `DeadLetter` (or, on the quarantine
+//! topic, not a `QuarantinedEvent`) is archived raw with the reason, and offsets are
+//! committed once the files are durable.
 
 mod common;
 
@@ -58,10 +59,24 @@ async fn dead_letters_land_in_the_archive_with_fields_and_coordinates() {
             None,
         )
         .await;
+    // Not a QuarantinedEvent on the quarantine topic: archived raw too.
+    let q_garbage = env
+        .send(
+            env.topics.quarantine(),
+            Some(b"acme"),
+            b"\xc3\x01short",
+            None,
+        )
+        .await;
 
     let sink = env.start(&[]);
     let mut want: HashSet<_> = sent.iter().map(|(c, _)| c.clone()).collect();
-    want.extend([garbage.clone(), wrong_type.clone(), q_coords.clone()]);
+    want.extend([
+        garbage.clone(),
+        wrong_type.clone(),
+        q_coords.clone(),
+        q_garbage.clone(),
+    ]);
     let expect = want.clone();
     wait_for_archive(env.archive_dir(), Duration::from_secs(60), move |got| {
         expect.iter().all(|c| got.contains(c))
@@ -125,6 +140,7 @@ async fn dead_letters_land_in_the_archive_with_fields_and_coordinates() {
     for (coords, why) in [
         (&garbage, "single-object"),
         (&wrong_type, "expected a DeadLetter"),
+        (&q_garbage, "shorter than the 10-byte"),
     ] {
         let row = rows
             .iter()
@@ -155,6 +171,12 @@ async fn dead_letters_land_in_the_archive_with_fields_and_coordinates() {
     assert_eq!(q_row.reason, "not_avro");
     assert_eq!(q_row.tenant_id.as_deref(), Some("acme"));
     assert_eq!(q_row.dead_at, Some(1_795_995_000_000));
+    let q_garbage_row = rows
+        .iter()
+        .find(|r| (r.topic.clone(), r.partition, r.offset) == q_garbage)
+        .unwrap();
+    assert_eq!(q_garbage_row.kind, "quarantine");
+    assert_eq!(q_garbage_row.value.as_deref(), Some(&b"\xc3\x01short"[..]));
 
     // Drained: the group has committed everything it archived.
     for topic in [env.topics.dlq(), env.topics.quarantine()] {
