@@ -188,9 +188,11 @@ impl Pipeline {
             &[("cleanup.policy", "compact")],
         )
         .await?;
-        let dir = tempfile::Builder::new()
+        let mut dir = tempfile::Builder::new()
             .prefix(&format!("hookline-{}-", spec.harness))
             .tempdir()?;
+        // Stage logs and the archive outlive the run when asked, for post-mortems.
+        dir.disable_cleanup(std::env::var_os("HOOKLINE_KEEP_DIRS").is_some());
         std::fs::create_dir(dir.path().join("secrets"))?;
         std::fs::write(dir.path().join("secrets").join(SECRET_REF), SECRET)?;
         Ok(Self {

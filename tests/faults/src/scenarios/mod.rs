@@ -68,6 +68,9 @@ pub const STALL: Duration = Duration::from_secs(60);
 /// depend on it; the suite's run time does).
 pub fn spec(scenario: &'static str) -> Spec {
     let mut spec = Spec::for_harness("faults", scenario);
+    // Info from the services themselves, for post-mortems (HOOKLINE_KEEP_DIRS=1
+    // keeps the logs): transactions, rebalances, drains.
+    spec.log_filter = "warn,hookline_runtime::ops=info,hookline_fanout=info,hookline_dispatcher=info,hookline_dlq_sink=info".to_owned();
     spec.tiers = vec![
         ("r1".to_owned(), Duration::from_secs(1)),
         ("r2".to_owned(), Duration::from_secs(2)),
