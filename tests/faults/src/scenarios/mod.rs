@@ -2,6 +2,7 @@
 //! (what was injected, what was counted), the flags every fault pipeline uses,
 //! and the checks every scenario ends with.
 
+pub mod bad_input;
 pub mod broker_restart;
 pub mod hostile_endpoints;
 pub mod kill_stages;
@@ -20,6 +21,7 @@ pub const ALL: &[&str] = &[
     "kill_stages",
     "rolling_restart",
     "hostile_endpoints",
+    "bad_input",
     "broker_restart",
 ];
 
