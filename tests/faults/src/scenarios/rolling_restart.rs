@@ -99,7 +99,7 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
             "{name}: drains (finished, abandoned) {drains:?}; revokes (finished, abandoned) {revokes:?}"
         ));
     }
-    r.count(format!("{}", ledger.summary()));
+    r.count(ledger.summary());
     let events = (0..EVENTS).map(|seq| (seq, tenants[seq as usize % tenants.len()].to_owned()));
     check_outcomes(&p, &ledger, &subs_of, events)?;
     ensure!(
