@@ -105,6 +105,15 @@ impl ClientContext for DispatchContext {
 }
 
 impl ConsumerContext for DispatchContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: rdkafka::types::RDKafkaRespErr,
+        tpl: &mut rdkafka::TopicPartitionList,
+    ) {
+        hookline_runtime::kafka::cooperative_rebalance(self, consumer, err, tpl);
+    }
+
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => {

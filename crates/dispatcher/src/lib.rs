@@ -181,7 +181,7 @@ async fn dispatch(
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("isolation.level", "read_committed")
-            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("partition.assignment.strategy", kafka::ASSIGNMENT_STRATEGY)
             .set("queued.max.messages.kbytes", "16384")
             // A resumed tier partition joins the next fetch request, which waits
             // for the broker's long poll of the others to return: this bounds

@@ -50,6 +50,15 @@ impl SinkContext {
 impl ClientContext for SinkContext {}
 
 impl ConsumerContext for SinkContext {
+    fn rebalance(
+        &self,
+        consumer: &BaseConsumer<Self>,
+        err: rdkafka::types::RDKafkaRespErr,
+        tpl: &mut rdkafka::TopicPartitionList,
+    ) {
+        hookline_runtime::kafka::cooperative_rebalance(self, consumer, err, tpl);
+    }
+
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let parts = |tpl: &TopicPartitionList| -> Vec<(String, i32)> {
             tpl.elements()
@@ -101,7 +110,7 @@ impl SinkLoop {
                 .set("enable.auto.offset.store", "false")
                 .set("auto.offset.reset", "earliest")
                 .set("isolation.level", "read_committed")
-                .set("partition.assignment.strategy", "cooperative-sticky")
+                .set("partition.assignment.strategy", kafka::ASSIGNMENT_STRATEGY)
                 .create_with_context(SinkContext::default())
                 .map_err(|e| hookline_runtime::RuntimeError::kafka("creating the consumer", e))?;
         Ok(Self {
