@@ -2,6 +2,14 @@
 //! of events, the deliveries and quarantined records they produce, and the
 //! consumer offsets after them commit atomically, so a crash or a rebalance
 //! never duplicates or loses a fan-out for a `read_committed` reader.
+//!
+//! A transaction that fails is aborted (or its producer re-created) and the
+//! same batch, still in memory, goes into the next one: the consumer is never
+//! sought back, because a seek can fail while the broker is away and a
+//! skipped event would then be committed past. Timeouts of the commit and of
+//! the offsets call (a broker restarting) are retried as librdkafka asks,
+//! rather than aborted mid-commit. A revoked partition's events leave the
+//! batch; its new owner reads them again from the committed offset.
 
 use std::{
     collections::BTreeMap,
@@ -29,6 +37,11 @@ use crate::{
 
 const LOOP: &str = "fanout";
 const IDLE_POLL: Duration = Duration::from_secs(1);
+/// Pause after a failed transaction before the batch is tried again.
+const RETRY_BACKOFF: Duration = Duration::from_millis(500);
+/// Times a retriable transactional call (a timeout) is repeated before the
+/// producer is given up and re-created.
+const RETRIABLE_TRIES: u32 = 10;
 
 /// The consumer, the transactional producer and the loop state.
 pub(crate) struct FanoutLoop {
@@ -102,7 +115,7 @@ impl FanoutLoop {
                 .set("enable.auto.offset.store", "false")
                 .set("auto.offset.reset", "earliest")
                 .set("isolation.level", "read_committed")
-                .set("partition.assignment.strategy", "cooperative-sticky")
+                .set("partition.assignment.strategy", kafka::ASSIGNMENT_STRATEGY)
                 .create_with_context(FanoutContext::default())
                 .map_err(|e| kafka_err("creating the events consumer", e))?;
         let producer = Self::transactional_producer(&config).await?;
@@ -147,25 +160,30 @@ impl FanoutLoop {
             .map_err(|e| kafka_err("subscribing to events", e))?;
         self.health.set_ready(STAGE, Ok(()));
         tracing::info!(topic = %self.topics.events(), group = %self.config.fanout.group_id, "fanning out");
+        // A batch whose transaction failed, to go into the next one.
+        let mut retained = Batch::default();
         while !stop.is_cancelled() {
             self.health.beat(LOOP);
-            let batch = self.collect(&stop).await;
+            let batch = self.collect(&stop, std::mem::take(&mut retained)).await;
             if batch.is_empty() {
                 continue;
             }
-            self.commit_batch(batch).await?;
+            if let Some(failed) = self.commit_batch(batch, &stop).await? {
+                retained = failed;
+            }
         }
         self.health.forget(LOOP);
         Ok(())
     }
 
-    /// Collects up to `txn_max_events` events, waiting at most
-    /// `txn_max_interval` after the first one.
-    async fn collect(&self, stop: &CancellationToken) -> Batch {
-        let mut batch = Batch::default();
+    /// Adds to `batch` (a failed one, or empty) up to `txn_max_events`
+    /// events, waiting at most `txn_max_interval` after the first one.
+    async fn collect(&self, stop: &CancellationToken, mut batch: Batch) -> Batch {
         let max = self.config.fanout.txn_max_events as usize;
         let max_bytes = self.config.fanout.txn_max_bytes;
-        let mut deadline: Option<tokio::time::Instant> = None;
+        let mut deadline: Option<tokio::time::Instant> = (!batch.is_empty())
+            .then(|| tokio::time::Instant::now() + self.config.fanout.txn_max_interval);
+        self.drop_revoked(&mut batch);
         while batch.messages.len() < max && batch.bytes < max_bytes {
             let wait = match deadline {
                 Some(d) => d.saturating_duration_since(tokio::time::Instant::now()),
@@ -175,12 +193,7 @@ impl FanoutLoop {
                 _ = stop.cancelled() => break,
                 r = tokio::time::timeout(wait, self.consumer.recv()) => r,
             };
-            for (topic, partition) in self.consumer.context().take_revoked() {
-                let dropped = batch.drop_partition(&topic, partition);
-                if dropped > 0 {
-                    tracing::info!(%topic, partition, dropped, "dropped a revoked partition's uncommitted events");
-                }
-            }
+            self.drop_revoked(&mut batch);
             match received {
                 Err(_elapsed) => break,
                 Ok(Ok(msg)) => {
@@ -198,28 +211,62 @@ impl FanoutLoop {
         batch
     }
 
-    /// Commits one batch in a transaction, retrying with a rewind on failure.
-    async fn commit_batch(&mut self, batch: Batch) -> Result<(), FanoutError> {
+    fn drop_revoked(&self, batch: &mut Batch) {
+        for (topic, partition) in self.consumer.context().take_revoked() {
+            let dropped = batch.drop_partition(&topic, partition);
+            if dropped > 0 {
+                tracing::info!(%topic, partition, dropped, "dropped a revoked partition's uncommitted events");
+            }
+        }
+    }
+
+    /// Commits one batch in a transaction; on failure aborts (or re-creates the
+    /// producer) and hands the batch back to be tried again.
+    async fn commit_batch(
+        &mut self,
+        batch: Batch,
+        stop: &CancellationToken,
+    ) -> Result<Option<Batch>, FanoutError> {
         let started = Instant::now();
         match self.transact(&batch).await {
             Ok(counts) => {
                 fm::transaction("committed", started.elapsed());
                 fm::committed(&counts);
-                Ok(())
+                return Ok(None);
             }
             Err(TxnError::Abortable(error)) => {
-                tracing::warn!(%error, events = batch.messages.len(), "transaction failed; aborting and rewinding");
-                self.abort().await;
+                tracing::warn!(%error, events = batch.messages.len(), "transaction failed; aborting, the batch goes into the next one");
                 fm::transaction("aborted", started.elapsed());
-                self.rewind(&batch);
-                Ok(())
+                if !self.abort().await {
+                    self.replace_producer(stop).await?;
+                }
             }
             Err(TxnError::Fatal(error)) => {
-                tracing::warn!(%error, "producer fenced or failed; re-creating it and rewinding");
+                tracing::warn!(%error, events = batch.messages.len(), "producer fenced or failed; re-creating it, the batch goes into the next transaction");
                 fm::transaction("fenced", started.elapsed());
-                self.producer = Self::transactional_producer(&self.config).await?;
-                self.rewind(&batch);
-                Ok(())
+                self.replace_producer(stop).await?;
+            }
+        }
+        tokio::time::sleep(RETRY_BACKOFF).await;
+        Ok(Some(batch))
+    }
+
+    /// A new transactional producer (same transactional id, which fences the
+    /// old one and aborts its open transaction), retried while the broker is
+    /// unreachable; gives up only on shutdown.
+    async fn replace_producer(&mut self, stop: &CancellationToken) -> Result<(), FanoutError> {
+        loop {
+            match Self::transactional_producer(&self.config).await {
+                Ok(producer) => {
+                    self.producer = producer;
+                    return Ok(());
+                }
+                Err(error) if !stop.is_cancelled() => {
+                    tracing::warn!(%error, "could not re-create the transactional producer; retrying");
+                    self.health.beat(LOOP);
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(error) => return Err(error),
             }
         }
     }
@@ -277,8 +324,8 @@ impl FanoutLoop {
             .ok_or_else(|| TxnError::Abortable(KafkaError::NoMessageReceived))?;
         let producer = self.producer.clone();
         tokio::task::spawn_blocking(move || {
-            producer.send_offsets_to_transaction(&offsets, &group, timeout)?;
-            producer.commit_transaction(timeout)
+            retrying(|| producer.send_offsets_to_transaction(&offsets, &group, timeout))?;
+            retrying(|| producer.commit_transaction(timeout))
         })
         .await
         .map_err(|e| {
@@ -308,37 +355,54 @@ impl FanoutLoop {
         }
     }
 
-    async fn abort(&self) {
+    /// Aborts the open transaction; false if the producer could not, and
+    /// must be re-created.
+    async fn abort(&self) -> bool {
         let producer = self.producer.clone();
         let timeout = self.config.fanout.txn_timeout;
-        match tokio::task::spawn_blocking(move || producer.abort_transaction(timeout)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!(%error, "abort_transaction failed"),
-            Err(error) => tracing::warn!(%error, "abort task failed"),
-        }
-    }
-
-    /// Seeks every partition of the batch back to its first offset so the
-    /// events are fanned out again in the next transaction.
-    fn rewind(&self, batch: &Batch) {
-        for ((topic, partition), (first, _)) in &batch.span {
-            if let Err(error) = self.consumer.seek(
-                topic,
-                *partition,
-                Offset::Offset(*first),
-                Duration::from_secs(5),
-            ) {
-                // A partition that moved away is read again by its new owner.
-                tracing::info!(%topic, partition, %error, "could not rewind partition");
+        match tokio::task::spawn_blocking(move || retrying(|| producer.abort_transaction(timeout)))
+            .await
+        {
+            Ok(Ok(())) => true,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "abort_transaction failed; re-creating the producer");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(%error, "abort task failed; re-creating the producer");
+                false
             }
         }
     }
 }
 
+/// Runs a blocking transactional call, repeating it while librdkafka says the
+/// error is retriable (a timeout: the call is resumed, not restarted).
+fn retrying(
+    mut call: impl FnMut() -> rdkafka::error::KafkaResult<()>,
+) -> rdkafka::error::KafkaResult<()> {
+    let mut tries = 1;
+    loop {
+        match call() {
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < RETRIABLE_TRIES => {
+                tracing::warn!(error = %e, tries, "transactional call timed out; resuming it");
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Abortable only when librdkafka says so (or the error is not a
+/// transactional one); a fatal error, a call still retriable after
+/// `RETRIABLE_TRIES`, or any other state error leaves the producer in a state
+/// only a new one (which fences it) gets out of.
 fn classify(e: KafkaError) -> TxnError {
     match &e {
         KafkaError::Transaction(rd) if rd.is_fatal() => TxnError::Fatal(e),
-        KafkaError::Transaction(_) => TxnError::Abortable(e),
+        KafkaError::Transaction(rd) if rd.txn_requires_abort() => TxnError::Abortable(e),
+        KafkaError::Transaction(_) => TxnError::Fatal(e),
         _ => TxnError::Abortable(e),
     }
 }
