@@ -10,14 +10,14 @@ KAFKA := deploy/dev/kafka.sh
 WITH_KAFKA := deploy/dev/with-kafka.sh
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: build test test-rust test-python chart-test lint fmt demo bench kafka-up kafka-down kafka-fetch venv clean
+.PHONY: build test test-rust test-python test-faults faults chart-test lint fmt demo bench kafka-up kafka-down kafka-fetch venv clean
 
 build:
 	$(CARGO) build --workspace --all-targets
 
 ## test: starts a real Kafka broker if none is given, runs every test, stops it.
 test: venv kafka-fetch
-	$(WITH_KAFKA) $(MAKE) --no-print-directory test-rust test-python
+	$(WITH_KAFKA) $(MAKE) --no-print-directory test-rust test-python test-faults
 	$(MAKE) --no-print-directory chart-test
 
 # Benches print figures and are not tests: `make bench` runs them. Clippy
@@ -33,6 +33,18 @@ test-python: venv
 	HOOKLINE_CONTRACT_TOOL=$(TARGET_DIR)/debug/examples/contract_tool \
 	HOOKLINE_SIGN_TOOL=$(TARGET_DIR)/debug/examples/sign_webhook \
 	$(VENV)/bin/python -m pytest -q tests/contract
+
+## faults: the fault suite (tests/faults): crashes, broker restarts, rolling
+## restarts, hostile endpoints and bad input against the real binaries on real
+## Kafka; `make faults SCENARIOS=kill_stages` runs one, HOOKLINE_FAULTS_SEED=N
+## repeats a run's random choices, HOOKLINE_KEEP_DIRS=1 keeps the stage logs.
+faults: kafka-fetch
+	$(WITH_KAFKA) $(MAKE) --no-print-directory test-faults
+
+# The debug binaries: `make test` has built them already for the crates' tests.
+test-faults:
+	$(CARGO) build -q -p hookline-fanout -p hookline-dispatcher -p hookline-dlq-sink -p hookline-faults
+	$(TARGET_DIR)/debug/hookline-faults $(SCENARIOS)
 
 ## chart-test: the Helm chart offline; installs helm, promtool and kubernetes-validate itself.
 chart-test: venv

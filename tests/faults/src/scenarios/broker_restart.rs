@@ -25,6 +25,11 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
     let mut spec = spec("broker_restart");
     spec.dispatcher_args
         .extend(["--max-attempts", MAX_ATTEMPTS].map(str::to_owned));
+    if let Ok(debug) = std::env::var("HOOKLINE_FAULTS_FANOUT_DEBUG") {
+        spec.fanout_args
+            .extend(["-X".to_owned(), format!("debug={debug}")]);
+        spec.log_filter.push_str(",librdkafka=debug");
+    }
     let mut p = hookline_testkit::pipeline::Pipeline::create(spec).await?;
     let work = Workload::install(&mut p).await?;
     p.start().await?;
