@@ -1,10 +1,12 @@
 //! `rolling_restart`: two dispatchers share the group while a slow endpoint
-//! (1.5 s per response) keeps attempts in flight; each is sent SIGTERM in turn
-//! and started again, as a Deployment's rolling update does. Every SIGTERM
+//! (1.5 s per response) keeps attempts in flight; two rolling updates, each
+//! sending SIGTERM first to the member with attempts in flight (both must
+//! catch some, or the drain was not exercised), then to the other, each
+//! started again before the next. Every SIGTERM
 //! must end in a clean exit within the shutdown grace, with no attempt
 //! abandoned mid-flight: in-flight attempts finish and are committed on the
 //! way out (and on the revoke the rejoining member causes), so the other
-//! dispatcher never repeats one — zero duplicates. Two passes: A, B, A, B.
+//! dispatcher never repeats one — zero duplicates.
 //!
 //! A grace shorter than the request timeout is refused at start
 //! (`--shutdown-grace` is validated against `--request-timeout`), so an
@@ -21,7 +23,7 @@ use tokio::time::Instant;
 use super::{all_running, check_outcomes, spec, Report, Want, STALL};
 use crate::{ledger, load};
 
-const EVENTS: u64 = 900;
+const EVENTS: u64 = 1500;
 const RATE: f64 = 30.0;
 const SLOW: Duration = Duration::from_millis(1500);
 
@@ -61,16 +63,36 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
         p.expected()
     ));
     let mut abandoned_total = 0;
-    for name in ["dispatcher", "dispatcher-b", "dispatcher", "dispatcher-b"] {
+    let mut busy_stops = 0;
+    let mut last = "";
+    for step in 0..4 {
         tokio::time::sleep(Duration::from_secs(4)).await;
-        // SIGTERM while it has attempts in flight, if it gets any within 10 s
-        // (between rebalances a member may own only idle tier partitions).
-        let mut in_flight = in_flight_of(&p, name).await;
+        // SIGTERM the member with attempts in flight: the sticky assignor
+        // balances partition counts, not topics, so one member may own every
+        // `deliveries` partition while the other holds only idle tiers.
+        let mut pick = None;
         let waiting = Instant::now();
-        while in_flight == "0" && waiting.elapsed() < Duration::from_secs(10) {
+        while pick.is_none() && waiting.elapsed() < Duration::from_secs(10) {
+            for name in ["dispatcher", "dispatcher-b"] {
+                let n = in_flight_of(&p, name).await;
+                if n > 0 && pick.is_none_or(|(_, m)| n > m) {
+                    pick = Some((name, n));
+                }
+            }
             tokio::time::sleep(Duration::from_millis(200)).await;
-            in_flight = in_flight_of(&p, name).await;
         }
+        let mut name = pick.map_or("dispatcher", |(name, _)| name);
+        if step % 2 == 1 {
+            // The second half of a rolling update: the member not yet replaced.
+            name = if last == "dispatcher" {
+                "dispatcher-b"
+            } else {
+                "dispatcher"
+            };
+        }
+        last = name;
+        let in_flight = in_flight_of(&p, name).await;
+        busy_stops += usize::from(in_flight > 0);
         let stage = p.stage_mut(name)?;
         let exit = stage.terminate(grace + Duration::from_secs(30)).await?;
         let restarting = Instant::now();
@@ -91,6 +113,10 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
         );
     }
     load.finish().await?;
+    ensure!(
+        busy_stops >= 2,
+        "only {busy_stops} of 4 SIGTERMs found attempts in flight: the drain was not exercised"
+    );
     let ledger = ledger::settle(&p, STALL).await?;
     for name in ["dispatcher", "dispatcher-b"] {
         let (drains, revokes) = handovers(&p, name)?;
@@ -112,19 +138,19 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `hookline_dispatcher_in_flight` of a stage now.
-async fn in_flight_of(p: &Pipeline, name: &str) -> String {
+/// `hookline_dispatcher_in_flight` of a stage now (0 if unreadable).
+async fn in_flight_of(p: &Pipeline, name: &str) -> u64 {
     let Ok(stage) = p.stage(name) else {
-        return "?".to_owned();
+        return 0;
     };
     let Ok(text) = stage.metrics().await else {
-        return "?".to_owned();
+        return 0;
     };
     text.lines()
         .find(|l| l.starts_with("hookline_dispatcher_in_flight"))
         .and_then(|l| l.split_whitespace().last())
-        .unwrap_or("?")
-        .to_owned()
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
 }
 
 /// (finished, abandoned) of each drain and each revoke the dispatcher logged.
