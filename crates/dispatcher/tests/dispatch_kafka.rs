@@ -67,7 +67,16 @@ async fn deliveries_arrive_signed_with_headers_and_body_and_disabled_ones_are_ca
         .receiver
         .wait_until(Duration::from_secs(60), |r| r.len() >= 20)
         .await;
-    assert!(arrived, "only {} requests arrived", env.receiver.count());
+    if !arrived {
+        // Seen once in a few CI runs, never reproduced locally (24 runs, idle
+        // and with both cores busy): say as much as possible when it happens.
+        let count = env.receiver.count();
+        let progress = kafka::group_progress(&env.group, env.topics.deliveries()).await;
+        let state = running.state().await;
+        panic!(
+            "only {count} requests arrived; committed/high on deliveries {progress:?}; the dispatcher {state} (RUST_LOG=info shows its log)"
+        );
+    }
     // Every record is finished (delivered or cancelled) before the commit reaches the end.
     env.committed_to_end(Duration::from_secs(30)).await;
     running.shutdown().await;

@@ -52,6 +52,15 @@ impl Env {
     /// Like [`new`](Self::new), with retry tiers `(name, delay)` (the default
     /// ladder when empty), passed to every dispatcher as `--retry-tiers`.
     pub async fn with_ladder(name: &str, partitions: i32, tiers: &[(&str, &str)]) -> Self {
+        // The in-process dispatcher's logs (RUST_LOG, default warn), so a
+        // failure in CI shows what the engine was doing.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_test_writer()
+            .try_init();
         let prefix = format!("{}.", kafka::unique_name(name));
         let topics = if tiers.is_empty() {
             Topics::with_prefix(&prefix).unwrap()
@@ -292,6 +301,25 @@ pub struct Running {
 }
 
 impl Running {
+    /// For failure messages: whether the dispatcher is still running, and if
+    /// it is not, how it ended (an early error would explain a silent test).
+    pub async fn state(self) -> String {
+        if !self.task.is_finished() {
+            self.stop.cancel();
+            return match tokio::time::timeout(Duration::from_secs(40), self.task).await {
+                Ok(Ok(Ok(()))) => "was running (then shut down cleanly)".to_owned(),
+                Ok(Ok(Err(e))) => format!("was running; shutting down failed: {e}"),
+                Ok(Err(e)) => format!("was running; its task failed: {e}"),
+                Err(_) => "was running and did not shut down within 40 s".to_owned(),
+            };
+        }
+        match self.task.await {
+            Ok(Ok(())) => "had already returned Ok".to_owned(),
+            Ok(Err(e)) => format!("had already failed: {e}"),
+            Err(e) => format!("its task had already failed: {e}"),
+        }
+    }
+
     /// SIGTERM-equivalent: cancels and waits for a clean exit.
     pub async fn shutdown(self) {
         self.stop.cancel();
