@@ -78,29 +78,9 @@ static EVOLVED_ONLY: LazyLock<Vec<u64>> = LazyLock::new(|| {
 });
 
 // ---------------------------------------------------------------------------------------
-// Run configuration (shared shape with the other fuzz targets).
+// Run configuration (HOOKLINE_FUZZ_CASES / HOOKLINE_FUZZ_SEED, shared in testkit).
 
-fn fuzz_cases(default: u32) -> u32 {
-    match std::env::var("HOOKLINE_FUZZ_CASES") {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("HOOKLINE_FUZZ_CASES={v:?}: expected a whole number")),
-        Err(_) => default,
-    }
-}
-
-fn fuzz_seed() -> u64 {
-    match std::env::var("HOOKLINE_FUZZ_SEED") {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("HOOKLINE_FUZZ_SEED={v:?}: expected a whole number")),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-    }
-}
+use hookline_testkit::fuzz::{cases as fuzz_cases, seed as fuzz_seed};
 
 fn runner(cases: u32, seed: u64) -> TestRunner {
     TestRunner::new(Config {

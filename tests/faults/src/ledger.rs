@@ -229,7 +229,7 @@ pub async fn settle_skipping(
 }
 
 /// Rows of the dlq-sink's archive, read by the real binary
-/// (`hookline-dlq-sink inspect --from-archive --format json`).
+/// (`hookline-dlq-sink inspect --from-archive --output json`).
 pub async fn archived(p: &Pipeline, quarantine: bool) -> anyhow::Result<Vec<serde_json::Value>> {
     let bin = hookline_testkit::stage::bin_dir()?.join("hookline-dlq-sink");
     let mut cmd = tokio::process::Command::new(&bin);

@@ -46,27 +46,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 const MARGIN: Duration = Duration::from_secs(2);
 const MAX_RESPONSE_BYTES: usize = 64;
 
-fn fuzz_cases(default: u32) -> u32 {
-    match std::env::var("HOOKLINE_FUZZ_CASES") {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("HOOKLINE_FUZZ_CASES={v:?}: expected a whole number")),
-        Err(_) => default,
-    }
-}
-
-fn fuzz_seed() -> u64 {
-    match std::env::var("HOOKLINE_FUZZ_SEED") {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("HOOKLINE_FUZZ_SEED={v:?}: expected a whole number")),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64),
-    }
-}
+use hookline_testkit::fuzz::{cases as fuzz_cases, seed as fuzz_seed};
 
 // ---------------------------------------------------------------------------------------
 // Responses.
