@@ -6,6 +6,7 @@
 pub mod fuzz;
 pub mod hostile;
 pub mod kafka;
+pub mod logs;
 pub mod pipeline;
 pub mod receiver;
 pub mod records;

@@ -52,15 +52,9 @@ impl Env {
     /// Like [`new`](Self::new), with retry tiers `(name, delay)` (the default
     /// ladder when empty), passed to every dispatcher as `--retry-tiers`.
     pub async fn with_ladder(name: &str, partitions: i32, tiers: &[(&str, &str)]) -> Self {
-        // The in-process dispatcher's logs (RUST_LOG, default warn), so a
-        // failure in CI shows what the engine was doing.
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(
-                tracing_subscriber::EnvFilter::try_from_default_env()
-                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-            )
-            .with_test_writer()
-            .try_init();
+        // The in-process dispatcher's logs, so a failure in CI shows what the
+        // engine was doing.
+        hookline_testkit::logs::init();
         let prefix = format!("{}.", kafka::unique_name(name));
         let topics = if tiers.is_empty() {
             Topics::with_prefix(&prefix).unwrap()

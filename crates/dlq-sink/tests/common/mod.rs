@@ -42,6 +42,8 @@ pub type Coords = (String, i32, i64);
 
 impl Env {
     pub async fn new(name: &str) -> Self {
+        // The in-process stages' logs, shown when a test fails.
+        hookline_testkit::logs::init();
         let prefix = format!("{}.", kafka::unique_name(name));
         let topics = kafka::create_hookline_topics(&prefix).await.unwrap();
         Self {
