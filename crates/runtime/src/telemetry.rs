@@ -1,7 +1,7 @@
 //! Logging and the Prometheus recorder. Both are process-global and installed
 //! once, so the demo can run every stage in one process.
 
-use std::sync::OnceLock;
+use std::sync::Mutex;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use tracing_subscriber::{fmt, EnvFilter};
@@ -20,11 +20,17 @@ pub const BYTES_BUCKETS: &[f64] = &[
     256.0, 1024.0, 4096.0, 16384.0, 65536.0, 262144.0, 1048576.0, 4194304.0, 16777216.0, 67108864.0,
 ];
 
-static RECORDER: OnceLock<PrometheusHandle> = OnceLock::new();
+/// The one recorder of this process. A lock, not a `OnceLock` checked then
+/// set: stages started at once in one process (the demo, end-to-end tests)
+/// raced there — the loser of `install_recorder` looked before the winner had
+/// published its handle, got an error and its stage exited at start, silently
+/// (a dispatcher or sink in a test that then never consumed).
+static RECORDER: Mutex<Option<PrometheusHandle>> = Mutex::new(None);
 
 /// Installs the global Prometheus recorder (once) and returns its handle.
 pub fn metrics_recorder() -> Result<PrometheusHandle, RuntimeError> {
-    if let Some(handle) = RECORDER.get() {
+    let mut slot = RECORDER.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(handle) = slot.as_ref() {
         return Ok(handle.clone());
     }
     let handle = PrometheusBuilder::new()
@@ -32,15 +38,10 @@ pub fn metrics_recorder() -> Result<PrometheusHandle, RuntimeError> {
         .and_then(|b| b.set_buckets_for_metric(Matcher::Suffix("_bytes".into()), BYTES_BUCKETS))
         .map_err(|e| RuntimeError::Metrics(e.to_string()))?
         .install_recorder()
-        .map_err(|e| RuntimeError::Metrics(e.to_string()));
-    match handle {
-        Ok(handle) => {
-            metric_names::describe_all();
-            Ok(RECORDER.get_or_init(|| handle).clone())
-        }
-        // Another thread won the race; use its recorder.
-        Err(e) => RECORDER.get().cloned().ok_or(e),
-    }
+        .map_err(|e| RuntimeError::Metrics(e.to_string()))?;
+    metric_names::describe_all();
+    *slot = Some(handle.clone());
+    Ok(handle)
 }
 
 /// Initialises `tracing` with the given filter and format. Calling it again is a
