@@ -10,6 +10,7 @@ pub mod ladder;
 pub mod lanes;
 pub mod matching;
 pub mod rate;
+pub mod stall;
 pub mod watermark;
 
 pub use classify::{
@@ -22,4 +23,5 @@ pub use ladder::{ExhaustReason, Ladder, LadderError, RetryDecision, Tier, MAX_LA
 pub use lanes::{Flow, Job, LaneError, LaneKey, LaneLimits, LaneSettings, Lanes, Started};
 pub use matching::{EventTypeFilter, EventTypePattern, PatternError, MAX_PATTERN_LEN};
 pub use rate::{RateLimit, TokenBucket};
+pub use stall::{PartitionView, StallDetector, StallVerdict};
 pub use watermark::{PartitionWatermark, WatermarkError};
