@@ -1,5 +1,15 @@
-//! The Kafka side of the engine: a dedicated thread polls the consumer and hands
-//! every message and rebalance event, in order, to the engine over one channel.
+//! The Kafka side of the engine: one group consumer per input topic
+//! (`deliveries` and each retry tier), all in the dispatcher's one group, each
+//! polled by a dedicated thread that hands its messages and rebalance events,
+//! in order, to the engine over one shared channel.
+//!
+//! One consumer per topic is what balances the group *per topic*: the
+//! cooperative-sticky assignor balances partition counts per member, and each
+//! member here subscribes to one topic, so N replicas own ⌊P/N⌋ or ⌈P/N⌉
+//! partitions of `deliveries` and of every tier. With a single consumer on
+//! all topics one replica could own every `deliveries` partition while the
+//! others held only tiers. The group (and so every committed offset) is the
+//! one it always was; only its members changed.
 //!
 //! Rebalance callbacks only signal (CONVENTIONS 5): a revoke is sent to the
 //! engine, which drops the partitions' queued records, lets their in-flight
@@ -35,15 +45,25 @@ use tokio::sync::mpsc;
 /// A (topic, partition) as librdkafka names it.
 pub(crate) type TopicPartition = (String, i32);
 
-/// What the poller thread hands to the engine, in consumer order.
+/// What a poller thread hands to the engine, in its consumer's order. `input`
+/// is the index of the input (and so of the consumer) an event comes from.
 #[derive(Debug)]
 pub(crate) enum FromKafka {
     Message(OwnedMessage),
-    /// Newly assigned partitions, and the rebalance epoch they start.
-    Assigned(Vec<TopicPartition>, u64),
-    /// The engine must confirm on the sender once the partitions are drained
-    /// and committed; the rebalance epoch they end.
-    Revoked(Vec<TopicPartition>, sync_mpsc::SyncSender<()>, u64),
+    /// Newly assigned partitions, and the consumer's rebalance epoch they start.
+    Assigned {
+        input: u16,
+        parts: Vec<TopicPartition>,
+        epoch: u64,
+    },
+    /// The engine must confirm on `confirm` once the partitions are drained
+    /// and committed; the consumer's rebalance epoch they end.
+    Revoked {
+        input: u16,
+        parts: Vec<TopicPartition>,
+        confirm: sync_mpsc::SyncSender<()>,
+        epoch: u64,
+    },
     /// A [`Command::Rewind`] was carried out (`done`), or refused (`!done`: a
     /// rebalance came between, or the seek failed; the engine may ask again).
     Rewound {
@@ -70,6 +90,8 @@ pub(crate) enum Command {
 /// The consumer context: logs through `tracing` and forwards rebalances.
 #[derive(Debug)]
 pub(crate) struct DispatchContext {
+    /// The input this consumer reads.
+    input: u16,
     events: mpsc::Sender<FromKafka>,
     /// How long a revoke waits for the engine's confirmation.
     revoke_wait: Duration,
@@ -78,8 +100,9 @@ pub(crate) struct DispatchContext {
 }
 
 impl DispatchContext {
-    pub(crate) fn new(events: mpsc::Sender<FromKafka>, revoke_wait: Duration) -> Self {
+    pub(crate) fn new(input: u16, events: mpsc::Sender<FromKafka>, revoke_wait: Duration) -> Self {
         Self {
+            input,
             events,
             revoke_wait,
             epoch: AtomicU64::new(0),
@@ -122,10 +145,13 @@ impl ConsumerContext for DispatchContext {
                 let (confirm, confirmed) = sync_mpsc::sync_channel(1);
                 let epoch = self.next_epoch();
                 // A closed channel means the engine is gone and has committed.
-                if self
-                    .events
-                    .blocking_send(FromKafka::Revoked(parts, confirm, epoch))
-                    .is_ok()
+                let revoked = FromKafka::Revoked {
+                    input: self.input,
+                    parts,
+                    confirm,
+                    epoch,
+                };
+                if self.events.blocking_send(revoked).is_ok()
                     && confirmed.recv_timeout(self.revoke_wait).is_err()
                 {
                     tracing::warn!("engine did not confirm the revoke in time; handing over");
@@ -141,12 +167,19 @@ impl ConsumerContext for DispatchContext {
             let parts = elements(tpl);
             tracing::info!(partitions = ?parts, "partitions assigned");
             let epoch = self.next_epoch();
-            let _ = self.events.blocking_send(FromKafka::Assigned(parts, epoch));
+            let _ = self.events.blocking_send(FromKafka::Assigned {
+                input: self.input,
+                parts,
+                epoch,
+            });
         }
     }
 }
 
-/// The polling thread; stop it with [`Poller::stop`].
+/// The dispatcher's consumers, indexed like the engine's inputs.
+pub(crate) type Consumers = Vec<Arc<BaseConsumer<DispatchContext>>>;
+
+/// The polling thread of one consumer; stop it with [`Poller::stop`].
 #[derive(Debug)]
 pub(crate) struct Poller {
     stop: Arc<AtomicBool>,
@@ -167,30 +200,29 @@ impl Poller {
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("dispatcher-poll".into())
-            .spawn(move || {
-                'polling: while !flag.load(Ordering::Relaxed) {
-                    while let Ok(command) = commands.try_recv() {
-                        let answer = execute(&consumer, command);
-                        if events.blocking_send(answer).is_err() {
-                            break 'polling;
-                        }
-                    }
-                    let event = match consumer.poll(POLL) {
-                        None => continue,
-                        Some(Ok(msg)) => FromKafka::Message(msg.detach()),
-                        Some(Err(KafkaError::PartitionEOF(_))) => continue,
-                        Some(Err(e)) => FromKafka::Error(e),
-                    };
-                    if events.blocking_send(event).is_err() {
+        let name = format!("dispatch-poll-{}", consumer.context().input);
+        let thread = std::thread::Builder::new().name(name).spawn(move || {
+            'polling: while !flag.load(Ordering::Relaxed) {
+                while let Ok(command) = commands.try_recv() {
+                    let answer = execute(&consumer, command);
+                    if events.blocking_send(answer).is_err() {
                         break 'polling;
                     }
                 }
-                drop(events);
-                // Waits for librdkafka to close the consumer (leaving the group).
-                drop(consumer);
-            })?;
+                let event = match consumer.poll(POLL) {
+                    None => continue,
+                    Some(Ok(msg)) => FromKafka::Message(msg.detach()),
+                    Some(Err(KafkaError::PartitionEOF(_))) => continue,
+                    Some(Err(e)) => FromKafka::Error(e),
+                };
+                if events.blocking_send(event).is_err() {
+                    break 'polling;
+                }
+            }
+            drop(events);
+            // Waits for librdkafka to close the consumer (leaving the group).
+            drop(consumer);
+        })?;
         Ok(Self {
             stop,
             thread: Some(thread),
@@ -203,6 +235,15 @@ impl Poller {
         if let Some(thread) = self.thread.take() {
             let _ = tokio::task::spawn_blocking(move || thread.join()).await;
         }
+    }
+
+    /// Stops every poller at once, so the consumers leave the group together
+    /// (one rebalance for the others, not one per consumer).
+    pub(crate) async fn stop_all(pollers: Vec<Self>) {
+        for poller in &pollers {
+            poller.stop.store(true, Ordering::Relaxed);
+        }
+        futures::future::join_all(pollers.into_iter().map(Self::stop)).await;
     }
 }
 

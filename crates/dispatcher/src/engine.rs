@@ -36,9 +36,11 @@ use hookline_core::{
     Started,
 };
 use hookline_envelope::{decode_value, Delivery, Unusable};
-use hookline_runtime::{health::Health, kafka, subscriptions::Subscriptions};
+use hookline_runtime::{
+    group_watch::HeldPartitions, health::Health, kafka, subscriptions::Subscriptions,
+};
 use rdkafka::{
-    consumer::{BaseConsumer, Consumer},
+    consumer::Consumer,
     message::{Message, OwnedMessage},
     TopicPartitionList,
 };
@@ -50,7 +52,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     attempt::{self, AttemptContext, Finished, Target},
-    consumer::{Command, DispatchContext, FromKafka, TopicPartition},
+    consumer::{Command, Consumers, FromKafka, TopicPartition},
     metrics,
     offsets::{self, Offsets},
     quarantine, DispatcherError,
@@ -110,7 +112,8 @@ struct Running {
 
 pub(crate) struct Engine {
     inputs: Vec<Input>,
-    consumer: Arc<BaseConsumer<DispatchContext>>,
+    /// One consumer per input, indexed like `inputs`.
+    consumers: Consumers,
     events: mpsc::Receiver<FromKafka>,
     subs: Subscriptions,
     ctx: Arc<AttemptContext>,
@@ -134,9 +137,12 @@ pub(crate) struct Engine {
     /// Rewinds the poller refused while the partition stayed ours: asked again.
     rewind_again: Vec<Part>,
     generation: u64,
-    /// The rebalance epoch as last reported by the consumer.
-    epoch: u64,
-    commands: std::sync::mpsc::Sender<Command>,
+    /// Per input: its consumer's rebalance epoch as last reported.
+    epochs: Vec<u64>,
+    /// Per input: its poller's command channel.
+    commands: Vec<std::sync::mpsc::Sender<Command>>,
+    /// Per input: the partitions paused on purpose, for its consumer's watch.
+    on_purpose: Vec<HeldPartitions>,
     ticks: u32,
 }
 
@@ -153,21 +159,23 @@ impl std::fmt::Debug for Engine {
 /// What [`Engine::new`] needs besides the limits.
 pub(crate) struct Parts {
     pub inputs: Vec<Input>,
-    pub consumer: Arc<BaseConsumer<DispatchContext>>,
+    pub consumers: Consumers,
     pub events: mpsc::Receiver<FromKafka>,
     pub subs: Subscriptions,
     pub ctx: Arc<AttemptContext>,
     pub health: Health,
     pub request_timeout: Duration,
     pub shutdown_grace: Duration,
-    pub commands: std::sync::mpsc::Sender<Command>,
+    pub commands: Vec<std::sync::mpsc::Sender<Command>>,
+    pub on_purpose: Vec<HeldPartitions>,
 }
 
 impl Engine {
     pub(crate) fn new(p: Parts, limits: LaneLimits) -> Result<Self, DispatcherError> {
         Ok(Self {
+            epochs: vec![0; p.inputs.len()],
             inputs: p.inputs,
-            consumer: p.consumer,
+            consumers: p.consumers,
             events: p.events,
             subs: p.subs,
             ctx: p.ctx,
@@ -186,8 +194,8 @@ impl Engine {
             rewinding: HashMap::new(),
             rewind_again: Vec::new(),
             generation: 0,
-            epoch: 0,
             commands: p.commands,
+            on_purpose: p.on_purpose,
             ticks: 0,
         })
     }
@@ -225,8 +233,12 @@ impl Engine {
     async fn on_event(&mut self, event: FromKafka) {
         match event {
             FromKafka::Message(msg) => self.on_message(msg),
-            FromKafka::Assigned(parts, epoch) => {
-                self.epoch = epoch;
+            FromKafka::Assigned {
+                input,
+                parts,
+                epoch,
+            } => {
+                self.epochs[usize::from(input)] = epoch;
                 let mut tpl = TopicPartitionList::new();
                 for (topic, partition) in parts {
                     if let Some(part) = self.part(&topic, partition) {
@@ -241,13 +253,18 @@ impl Engine {
                 // partition paused until due by its previous owner (or by us before
                 // a revoke) would otherwise never be fetched again. Its head is
                 // checked afresh when it arrives.
-                if let Err(error) = self.consumer.resume(&tpl) {
+                if let Err(error) = self.consumers[usize::from(input)].resume(&tpl) {
                     tracing::debug!(%error, "resume after assignment");
                 }
             }
-            FromKafka::Revoked(parts, confirm, epoch) => {
-                self.epoch = epoch;
-                self.revoke(&parts).await;
+            FromKafka::Revoked {
+                input,
+                parts,
+                confirm,
+                epoch,
+            } => {
+                self.epochs[usize::from(input)] = epoch;
+                self.revoke(input, &parts).await;
                 let _ = confirm.send(());
             }
             FromKafka::Rewound {
@@ -428,13 +445,14 @@ impl Engine {
         let Some(rewind) = self.rewinding.get(&part).copied() else {
             return;
         };
+        let input = usize::from(part.input);
         let command = Command::Rewind {
             partition: (self.topic_of(part), part.partition),
             offset: rewind.offset,
             generation: rewind.generation,
-            epoch: self.epoch,
+            epoch: self.epochs[input],
         };
-        if self.commands.send(command).is_err() {
+        if self.commands[input].send(command).is_err() {
             tracing::debug!(?part, "poller gone; not rewinding");
         }
     }
@@ -479,12 +497,13 @@ impl Engine {
     fn set_paused(&self, part: Part, pause: bool) {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition(&self.topic_of(part), part.partition);
+        let consumer = &self.consumers[usize::from(part.input)];
         let result = if pause {
             metrics::paused();
             tracing::debug!(?part, "buffer full; pausing the partition");
-            self.consumer.pause(&tpl)
+            consumer.pause(&tpl)
         } else {
-            self.consumer.resume(&tpl)
+            consumer.resume(&tpl)
         };
         if let Err(error) = result {
             tracing::warn!(?part, pause, %error, "cannot pause/resume a partition");
@@ -581,7 +600,7 @@ impl Engine {
         self.health.beat(LOOP);
         let inputs = self.inputs.clone();
         self.offsets.store(
-            &self.consumer,
+            &self.consumers,
             |p| inputs[usize::from(p.input)].topic.clone(),
             None,
         );
@@ -596,6 +615,25 @@ impl Engine {
         self.ticks += 1;
         if self.ticks % GAUGE_TICKS == 0 {
             self.gauges();
+            self.publish_held();
+        }
+    }
+
+    /// Tells each consumer's watch which of its partitions are paused on
+    /// purpose (backpressure, a head not yet due, a rewind): their lag is
+    /// expected, not a stall.
+    fn publish_held(&self) {
+        let mut paused: Vec<Vec<(String, i32)>> = vec![Vec::new(); self.inputs.len()];
+        let parts = self
+            .paused
+            .iter()
+            .chain(self.timers.iter().map(|(p, _)| p))
+            .chain(self.rewinding.keys());
+        for part in parts {
+            paused[usize::from(part.input)].push((self.topic_of(*part), part.partition));
+        }
+        for (handle, parts) in self.on_purpose.iter().zip(paused) {
+            handle.set(parts);
         }
     }
 
@@ -665,9 +703,10 @@ impl Engine {
         });
     }
 
-    /// Hands partitions over: drop their queued records, give their in-flight
-    /// attempts the request timeout, store and commit, forget them.
-    async fn revoke(&mut self, revoked: &[TopicPartition]) {
+    /// Hands partitions of `input`'s consumer over: drop their queued records,
+    /// give their in-flight attempts the request timeout, store and commit,
+    /// forget them.
+    async fn revoke(&mut self, input: u16, revoked: &[TopicPartition]) {
         let parts: Vec<Part> = revoked
             .iter()
             .filter_map(|(t, p)| self.part(t, *p))
@@ -687,11 +726,11 @@ impl Engine {
         let abandoned = self.abandon(|k| parts.contains(&k.0));
         let inputs = self.inputs.clone();
         self.offsets.store(
-            &self.consumer,
+            &self.consumers,
             |p| inputs[usize::from(p.input)].topic.clone(),
             Some(&parts),
         );
-        offsets::commit_now(&self.consumer).await;
+        offsets::commit_now(&self.consumers[usize::from(input)..=usize::from(input)]).await;
         self.offsets.forget(&parts);
         tracing::info!(
             partitions = parts.len(),
@@ -765,11 +804,11 @@ impl Engine {
         let abandoned = self.abandon(|_| true);
         let inputs = self.inputs.clone();
         self.offsets.store(
-            &self.consumer,
+            &self.consumers,
             |p| inputs[usize::from(p.input)].topic.clone(),
             None,
         );
-        offsets::commit_now(&self.consumer).await;
+        offsets::commit_now(&self.consumers).await;
         self.health.forget(LOOP);
         tracing::info!(abandoned, "drained; offsets committed");
     }

@@ -19,6 +19,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use hookline_envelope::{TopicError, Topics};
 use hookline_runtime::{
+    group_watch,
     http::{HttpSetupError, WebhookClient},
     kafka,
     ops::Ops,
@@ -170,29 +171,44 @@ async fn dispatch(
         inputs.iter().filter(|i| i.retry).map(|i| i.label).collect();
     metrics::describe_tiers(&tier_labels);
     let (events_tx, events_rx) = mpsc::channel(1024);
-    let (commands_tx, commands_rx) = std::sync::mpsc::channel();
     let revoke_wait = settings.http.request_timeout + Duration::from_secs(15);
     let kafka_err = |context, source| DispatcherError::Kafka { context, source };
-    let consumer: BaseConsumer<consumer::DispatchContext> =
-        kafka::client_config(&config.common, "hookline-dispatcher")?
-            .set("group.id", &settings.group_id)
-            .set("enable.auto.commit", "true")
-            .set("auto.commit.interval.ms", "1000")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("isolation.level", "read_committed")
-            .set("partition.assignment.strategy", kafka::ASSIGNMENT_STRATEGY)
-            .set("queued.max.messages.kbytes", "16384")
-            // A resumed tier partition joins the next fetch request, which waits
-            // for the broker's long poll of the others to return: this bounds
-            // how late a due retry is fetched (librdkafka's default is 500 ms).
-            .set("fetch.wait.max.ms", "100")
-            .create_with_context(consumer::DispatchContext::new(
-                events_tx.clone(),
-                revoke_wait,
-            ))
-            .map_err(|e| kafka_err("creating the deliveries consumer", e))?;
-    let consumer = Arc::new(consumer);
+    // One consumer per input topic, all in one group: see `consumer` for why.
+    let mut consumers = Vec::with_capacity(inputs.len());
+    for (index, input) in inputs.iter().enumerate() {
+        let index = u16::try_from(index).map_err(|_| DispatcherError::Config {
+            flag: "--retry-tiers",
+            why: "too many tiers".into(),
+        })?;
+        // The ready queue gets the larger prefetch; a tier is mostly paused.
+        let prefetch_kb = if input.retry { "4096" } else { "16384" };
+        let consumer: BaseConsumer<consumer::DispatchContext> = kafka::group_config(
+            &config.common,
+            "hookline-dispatcher",
+            &settings.group_id,
+            Some(input.label),
+        )?
+        .set("enable.auto.commit", "true")
+        .set("auto.commit.interval.ms", "1000")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .set("queued.max.messages.kbytes", prefetch_kb)
+        // A resumed tier partition joins the next fetch request, which waits
+        // for the broker's long poll of the others to return: this bounds
+        // how late a due retry is fetched (librdkafka's default is 500 ms).
+        .set("fetch.wait.max.ms", "100")
+        .create_with_context(consumer::DispatchContext::new(
+            index,
+            events_tx.clone(),
+            revoke_wait,
+        ))
+        .map_err(|e| kafka_err("creating a deliveries consumer", e))?;
+        consumer
+            .subscribe(&[input.topic.as_str()])
+            .map_err(|e| kafka_err("subscribing to a deliveries topic", e))?;
+        consumers.push(Arc::new(consumer));
+    }
     let producer: FutureProducer = kafka::client_config(&config.common, "hookline-dispatcher")?
         .set("enable.idempotence", "true")
         .set("acks", "all")
@@ -201,10 +217,6 @@ async fn dispatch(
         .set("message.timeout.ms", "30000")
         .create()
         .map_err(|e| kafka_err("creating the producer", e))?;
-    let topic_names: Vec<&str> = inputs.iter().map(|i| i.topic.as_str()).collect();
-    consumer
-        .subscribe(&topic_names)
-        .map_err(|e| kafka_err("subscribing to the deliveries topics", e))?;
     let ctx = Arc::new(attempt::AttemptContext {
         client,
         secrets,
@@ -214,26 +226,54 @@ async fn dispatch(
         max_payload_bytes: settings.max_payload_bytes,
     });
     let ctx_version = ctx.retry_policy.version().to_owned();
+    let mut pollers = Vec::with_capacity(consumers.len());
+    let mut commands = Vec::with_capacity(consumers.len());
+    let mut on_purpose = Vec::with_capacity(consumers.len());
+    let stop_watches = CancellationToken::new();
+    let mut watches = Vec::with_capacity(consumers.len());
+    for (consumer, input) in consumers.iter().zip(&inputs) {
+        let h = group_watch::HeldPartitions::default();
+        watches.push(group_watch::spawn(
+            Arc::clone(consumer),
+            group_watch::WatchSpec {
+                stage: STAGE,
+                consumer: input.label,
+                stall_timeout: config.common.consumer_stall_timeout,
+            },
+            h.clone(),
+            ops.health.clone(),
+            stop_watches.clone(),
+        ));
+        on_purpose.push(h);
+        let (commands_tx, commands_rx) = std::sync::mpsc::channel();
+        commands.push(commands_tx);
+        pollers.push(
+            consumer::Poller::spawn(Arc::clone(consumer), events_tx.clone(), commands_rx)
+                .map_err(DispatcherError::Thread)?,
+        );
+    }
+    drop(events_tx);
     let engine = engine::Engine::new(
         engine::Parts {
             inputs,
-            consumer: Arc::clone(&consumer),
+            consumers,
             events: events_rx,
             subs,
             ctx,
             health: ops.health.clone(),
             request_timeout: settings.http.request_timeout,
             shutdown_grace: settings.shutdown_grace,
-            commands: commands_tx,
+            commands,
+            on_purpose,
         },
         settings.lanes.clone(),
     )?;
-    let poller = consumer::Poller::spawn(consumer, events_tx, commands_rx)
-        .map_err(DispatcherError::Thread)?;
     ops.health.set_ready(STAGE, Ok(()));
     tracing::info!(group = %settings.group_id, policy_version = ctx_version, "dispatching");
     engine.run(shutdown.clone()).await;
-    poller.stop().await;
+    stop_watches.cancel();
+    futures::future::join_all(watches).await;
+    consumer::Poller::stop_all(pollers).await;
     // Follow-ups are awaited before offsets finish; this only flushes stragglers.
     let _ = tokio::task::spawn_blocking(move || {
         use rdkafka::producer::Producer;

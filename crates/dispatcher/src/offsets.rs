@@ -70,17 +70,30 @@ impl Offsets {
     }
 
     /// Stores the watermark of every partition in `only` (all when `None`) whose
-    /// watermark moved since it was last stored.
+    /// watermark moved since it was last stored, each with the consumer of its
+    /// input (`consumers` is indexed like the engine's inputs).
     pub(crate) fn store(
         &mut self,
-        consumer: &BaseConsumer<DispatchContext>,
+        consumers: &[Arc<BaseConsumer<DispatchContext>>],
         topic_of: impl Fn(Part) -> String,
+        only: Option<&[Part]>,
+    ) {
+        for (input, consumer) in consumers.iter().enumerate() {
+            self.store_input(consumer, input, &topic_of, only);
+        }
+    }
+
+    fn store_input(
+        &mut self,
+        consumer: &BaseConsumer<DispatchContext>,
+        input: usize,
+        topic_of: &impl Fn(Part) -> String,
         only: Option<&[Part]>,
     ) {
         let mut tpl = TopicPartitionList::new();
         let mut moved = Vec::new();
         for (part, t) in &self.parts {
-            if only.is_some_and(|o| !o.contains(part)) {
+            if usize::from(part.input) != input || only.is_some_and(|o| !o.contains(part)) {
                 continue;
             }
             let Some(committable) = t.watermark.committable() else {
@@ -117,14 +130,23 @@ impl Offsets {
     }
 }
 
-/// Commits the stored offsets now and waits for the broker (revoke, shutdown).
-pub(crate) async fn commit_now(consumer: &Arc<BaseConsumer<DispatchContext>>) {
-    let c = Arc::clone(consumer);
-    match tokio::task::spawn_blocking(move || c.commit_consumer_state(CommitMode::Sync)).await {
-        Ok(Ok(())) => tracing::debug!("offsets committed"),
-        Ok(Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))) => {}
-        Ok(Err(error)) => {
-            tracing::warn!(%error, "commit failed; the next owner re-attempts from the last commit")
+/// Commits the stored offsets of `consumers` now and waits for the broker
+/// (revoke, shutdown).
+pub(crate) async fn commit_now(consumers: &[Arc<BaseConsumer<DispatchContext>>]) {
+    let consumers = consumers.to_vec();
+    let commit = move || -> Vec<KafkaError> {
+        consumers
+            .iter()
+            .filter_map(|c| c.commit_consumer_state(CommitMode::Sync).err())
+            .filter(|e| *e != KafkaError::ConsumerCommit(RDKafkaErrorCode::NoOffset))
+            .collect()
+    };
+    match tokio::task::spawn_blocking(commit).await {
+        Ok(errors) if errors.is_empty() => tracing::debug!("offsets committed"),
+        Ok(errors) => {
+            for error in errors {
+                tracing::warn!(%error, "commit failed; the next owner re-attempts from the last commit")
+            }
         }
         Err(error) => tracing::warn!(%error, "commit task failed"),
     }

@@ -20,7 +20,7 @@ const TENANTS: usize = 3;
 const PER_TENANT: usize = 300;
 
 fn spawn(env: &Env) -> Child {
-    let args = env.args(&["-X", "session.timeout.ms=6000"]);
+    let args = env.args(&["--group-session-timeout", "6s"]);
     Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
         .args(&args[1..])
         .env("HOOKLINE_LOG", "warn")

@@ -23,7 +23,7 @@ const TENANTS: usize = 8;
 const PER_TENANT: usize = 25;
 
 fn spawn(env: &Env) -> Child {
-    let args = env.args(&["-X", "session.timeout.ms=6000", "--retry-jitter", "500ms"]);
+    let args = env.args(&["--group-session-timeout", "6s", "--retry-jitter", "500ms"]);
     Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
         .args(&args[1..])
         .env("HOOKLINE_LOG", "warn")

@@ -8,13 +8,13 @@
 //! every open file is written and the offsets committed synchronously before returning.
 
 use std::{
-    sync::Mutex,
+    sync::{Arc, Mutex},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use bytes::Bytes;
 use hookline_envelope::Topics;
-use hookline_runtime::{health::Health, kafka};
+use hookline_runtime::{group_watch, health::Health, kafka};
 use rdkafka::{
     consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer},
     message::{BorrowedMessage, Headers, Message},
@@ -84,13 +84,14 @@ impl ConsumerContext for SinkContext {
 }
 
 pub(crate) struct SinkLoop {
-    consumer: StreamConsumer<SinkContext>,
+    consumer: Arc<StreamConsumer<SinkContext>>,
     topics: Topics,
     store: ArchiveStore,
     files: OpenFiles,
     health: Health,
     committed: std::collections::HashMap<(String, i32), i64>,
     grace: Duration,
+    stall_timeout: Duration,
     stop: CancellationToken,
 }
 
@@ -103,18 +104,21 @@ impl SinkLoop {
         health: Health,
         stop: CancellationToken,
     ) -> Result<Self, DlqSinkError> {
-        let consumer: StreamConsumer<SinkContext> =
-            kafka::client_config(&config.common, "hookline-dlq-sink")?
-                .set("group.id", &config.sink.group_id)
-                .set("enable.auto.commit", "false")
-                .set("enable.auto.offset.store", "false")
-                .set("auto.offset.reset", "earliest")
-                .set("isolation.level", "read_committed")
-                .set("partition.assignment.strategy", kafka::ASSIGNMENT_STRATEGY)
-                .create_with_context(SinkContext::default())
-                .map_err(|e| hookline_runtime::RuntimeError::kafka("creating the consumer", e))?;
+        let consumer: StreamConsumer<SinkContext> = kafka::group_config(
+            &config.common,
+            "hookline-dlq-sink",
+            &config.sink.group_id,
+            None,
+        )?
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .create_with_context(SinkContext::default())
+        .map_err(|e| hookline_runtime::RuntimeError::kafka("creating the consumer", e))?;
         Ok(Self {
-            consumer,
+            consumer: Arc::new(consumer),
+            stall_timeout: config.common.consumer_stall_timeout,
             topics,
             store,
             files: OpenFiles::new(limits),
@@ -132,6 +136,20 @@ impl SinkLoop {
         self.consumer
             .subscribe(&wanted)
             .map_err(|e| hookline_runtime::RuntimeError::kafka("subscribing", e))?;
+        // The consumer's watch, stopped when this returns, however it returns.
+        let watch = CancellationToken::new();
+        group_watch::spawn(
+            Arc::clone(&self.consumer),
+            group_watch::WatchSpec {
+                stage: STAGE,
+                consumer: "dead-letters",
+                stall_timeout: self.stall_timeout,
+            },
+            group_watch::HeldPartitions::default(),
+            self.health.clone(),
+            watch.clone(),
+        );
+        let _watch = watch.drop_guard();
         self.health.set_ready(STAGE, Ok(()));
         tracing::info!(topics = ?wanted, archive = %self.store, "archiving");
         let mut tick = tokio::time::interval(TICK);

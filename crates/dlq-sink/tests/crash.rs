@@ -19,7 +19,7 @@ const RECORDS: usize = 3000;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_stream_and_restart_loses_no_row() {
     let env = Arc::new(Env::new("sink-crash").await);
-    let extra = ["-X", "session.timeout.ms=6000"];
+    let extra = ["--group-session-timeout", "6s"];
     let mut first = env.spawn(&extra);
 
     let produced = Arc::new(Mutex::new(Vec::new()));

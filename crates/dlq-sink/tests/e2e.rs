@@ -117,22 +117,30 @@ async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id
         .unwrap()
         .config;
     let stop_dispatcher = CancellationToken::new();
-    let dispatcher = tokio::spawn(hookline_dispatcher::run(config, stop_dispatcher.clone()));
-    let sink = env.start(&[]);
+    let mut dispatcher = tokio::spawn(hookline_dispatcher::run(config, stop_dispatcher.clone()));
+    let mut sink = env.start(&[]);
 
-    // Every delivery is rejected (400), dead-lettered and archived.
-    assert!(
-        receiver
-            .wait_until(Duration::from_secs(60), |r| r.len() >= DELIVERIES)
-            .await,
-        "the receiver saw {} of {DELIVERIES} first attempts",
-        receiver.count()
-    );
+    // Every delivery is rejected (400), dead-lettered and archived. A stage
+    // that ends meanwhile fails the test at once, with its result.
     let dlq = env.topics.dlq().to_owned();
-    wait_for_archive(env.archive_dir(), Duration::from_secs(60), |got| {
-        got.iter().filter(|(t, _, _)| *t == dlq).count() >= DELIVERIES
-    })
-    .await;
+    let archived = async {
+        assert!(
+            receiver
+                .wait_until(Duration::from_secs(60), |r| r.len() >= DELIVERIES)
+                .await,
+            "the receiver saw {} of {DELIVERIES} first attempts",
+            receiver.count()
+        );
+        wait_for_archive(env.archive_dir(), Duration::from_secs(60), |got| {
+            got.iter().filter(|(t, _, _)| *t == dlq).count() >= DELIVERIES
+        })
+        .await;
+    };
+    tokio::select! {
+        () = archived => {}
+        ended = &mut dispatcher => panic!("the dispatcher ended early: {ended:?}"),
+        ended = &mut sink.task => panic!("the sink ended early: {ended:?}"),
+    }
     let first_ids: BTreeSet<String> = receiver
         .requests()
         .iter()

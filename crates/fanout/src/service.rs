@@ -13,11 +13,12 @@
 
 use std::{
     collections::BTreeMap,
+    sync::Arc,
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use hookline_envelope::{encode, Topics};
-use hookline_runtime::{health::Health, kafka, subscriptions::Subscriptions};
+use hookline_runtime::{group_watch, health::Health, kafka, subscriptions::Subscriptions};
 use rdkafka::{
     consumer::{Consumer, StreamConsumer},
     error::KafkaError,
@@ -47,7 +48,7 @@ const RETRIABLE_TRIES: u32 = 10;
 pub(crate) struct FanoutLoop {
     config: Config,
     topics: Topics,
-    consumer: StreamConsumer<FanoutContext>,
+    consumer: Arc<StreamConsumer<FanoutContext>>,
     producer: FutureProducer,
     subs: Subscriptions,
     health: Health,
@@ -108,21 +109,23 @@ impl FanoutLoop {
         subs: Subscriptions,
         health: Health,
     ) -> Result<Self, FanoutError> {
-        let consumer: StreamConsumer<FanoutContext> =
-            kafka::client_config(&config.common, "hookline-fanout")?
-                .set("group.id", &config.fanout.group_id)
-                .set("enable.auto.commit", "false")
-                .set("enable.auto.offset.store", "false")
-                .set("auto.offset.reset", "earliest")
-                .set("isolation.level", "read_committed")
-                .set("partition.assignment.strategy", kafka::ASSIGNMENT_STRATEGY)
-                .create_with_context(FanoutContext::default())
-                .map_err(|e| kafka_err("creating the events consumer", e))?;
+        let consumer: StreamConsumer<FanoutContext> = kafka::group_config(
+            &config.common,
+            "hookline-fanout",
+            &config.fanout.group_id,
+            None,
+        )?
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .create_with_context(FanoutContext::default())
+        .map_err(|e| kafka_err("creating the events consumer", e))?;
         let producer = Self::transactional_producer(&config).await?;
         Ok(Self {
             config,
             topics,
-            consumer,
+            consumer: Arc::new(consumer),
             producer,
             subs,
             health,
@@ -153,11 +156,31 @@ impl FanoutLoop {
         Ok(producer)
     }
 
+    /// Starts the consumer's watch (stalled or unassigned shows in `/readyz`);
+    /// cancel the token to stop it.
+    fn watch(&self) -> CancellationToken {
+        let stop = CancellationToken::new();
+        group_watch::spawn(
+            Arc::clone(&self.consumer),
+            group_watch::WatchSpec {
+                stage: STAGE,
+                consumer: "events",
+                stall_timeout: self.config.common.consumer_stall_timeout,
+            },
+            group_watch::HeldPartitions::default(),
+            self.health.clone(),
+            stop.clone(),
+        );
+        stop
+    }
+
     /// Runs until `stop`; the batch in hand when it fires is committed first.
     pub(crate) async fn run(mut self, stop: CancellationToken) -> Result<(), FanoutError> {
         self.consumer
             .subscribe(&[self.topics.events()])
             .map_err(|e| kafka_err("subscribing to events", e))?;
+        // Stopped when this returns, however it returns.
+        let _watch = self.watch().drop_guard();
         self.health.set_ready(STAGE, Ok(()));
         tracing::info!(topic = %self.topics.events(), group = %self.config.fanout.group_id, "fanning out");
         // A batch whose transaction failed, to go into the next one.

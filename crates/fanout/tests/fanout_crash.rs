@@ -28,7 +28,7 @@ const TYPES: [&str; 4] = [
 ];
 
 fn spawn(env: &Env) -> Child {
-    let args = env.args(&["--txn-max-events", "50", "-X", "session.timeout.ms=6000"]);
+    let args = env.args(&["--txn-max-events", "50", "--group-session-timeout", "6s"]);
     Command::new(env!("CARGO_BIN_EXE_hookline-fanout"))
         .args(&args[1..])
         .env("HOOKLINE_LOG", "warn")

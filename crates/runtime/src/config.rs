@@ -56,6 +56,27 @@ pub struct CommonArgs {
     /// How long shutdown may take before work in flight is abandoned (e.g. `25s`).
     #[arg(long, global = true, env = "HOOKLINE_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+
+    /// How long the consumer group waits for a member that stopped
+    /// heartbeating (kill -9, OOM kill, a lost node) before its partitions move
+    /// to the other replicas. At least the broker's
+    /// `group.min.session.timeout.ms` (6 s by default).
+    #[arg(long, global = true, env = "HOOKLINE_GROUP_SESSION_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    pub group_session_timeout: Duration,
+
+    /// Static group membership (KIP-345): a stable name of this replica, such
+    /// as a StatefulSet pod name. A member that restarts under the same name
+    /// within the session timeout gets its partitions back without a
+    /// rebalance; a member that goes away for good keeps its partitions
+    /// unowned until the session timeout. Unset: dynamic membership.
+    #[arg(long, global = true, env = "HOOKLINE_GROUP_INSTANCE_ID")]
+    pub group_instance_id: Option<String>,
+
+    /// A group consumer that has had no partition assigned, or has lag on an
+    /// assigned, unpaused partition and has fetched nothing, for this long is
+    /// reported stalled: `/readyz` fails and the stalled-seconds gauge climbs.
+    #[arg(long, global = true, env = "HOOKLINE_CONSUMER_STALL_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub consumer_stall_timeout: Duration,
 }
 
 /// How log lines are written.

@@ -16,6 +16,12 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+    /// A `-X` entry sets a group setting hookline owns; the flag named sets it.
+    #[error("-X {key} cannot be passed through: hookline sets it ({instead})")]
+    OwnedSetting { key: String, instead: &'static str },
+    /// A shared flag has a value that cannot work.
+    #[error("invalid {flag}: {why}")]
+    Flag { flag: &'static str, why: String },
     /// librdkafka refused a client configuration or an operation.
     #[error("kafka {context}: {source}")]
     Kafka {

@@ -100,6 +100,101 @@ pub fn client_config(common: &CommonArgs, client_id: &str) -> Result<ClientConfi
     Ok(config)
 }
 
+/// Group settings hookline sets itself, with what sets them instead; a `-X`
+/// entry for one of them is refused at start rather than silently overridden.
+const OWNED_GROUP_SETTINGS: &[(&str, &str)] = &[
+    ("group.id", "use the stage's --group-id"),
+    (
+        "group.instance.id",
+        "use --group-instance-id / HOOKLINE_GROUP_INSTANCE_ID",
+    ),
+    (
+        "session.timeout.ms",
+        "use --group-session-timeout / HOOKLINE_GROUP_SESSION_TIMEOUT",
+    ),
+    (
+        "heartbeat.interval.ms",
+        "derived from --group-session-timeout",
+    ),
+    ("partition.assignment.strategy", "always cooperative-sticky"),
+    (
+        "group.protocol",
+        "hookline uses the classic protocol with cooperative-sticky",
+    ),
+];
+
+/// The broker's default `group.max.session.timeout.ms`; longer is refused by it.
+const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// The configuration of one group consumer: [`client_config`], then the
+/// group, the assignor ([`ASSIGNMENT_STRATEGY`]), the session timeout from
+/// `--group-session-timeout` with a heartbeat a tenth of it (a dead member is
+/// noticed at the timeout and the survivors hear of the rebalance within one
+/// more heartbeat: 10 s + 1 s by default), and static membership when
+/// `--group-instance-id` is set.
+/// `member` tells apart several consumers of one process (the dispatcher has
+/// one per topic); it suffixes the client and instance ids.
+pub fn group_config(
+    common: &CommonArgs,
+    client_id: &str,
+    group_id: &str,
+    member: Option<&str>,
+) -> Result<ClientConfig, RuntimeError> {
+    check_group_flags(common)?;
+    let client_id = match member {
+        Some(m) => format!("{client_id}-{m}"),
+        None => client_id.to_owned(),
+    };
+    let mut config = client_config(common, &client_id)?;
+    let session = common.group_session_timeout;
+    let heartbeat = (session / 10).max(Duration::from_millis(100));
+    config
+        .set("group.id", group_id)
+        .set("partition.assignment.strategy", ASSIGNMENT_STRATEGY)
+        .set("session.timeout.ms", session.as_millis().to_string())
+        .set("heartbeat.interval.ms", heartbeat.as_millis().to_string());
+    if let Some(instance) = common.group_instance_id.as_deref() {
+        let instance = match member {
+            Some(m) => format!("{instance}-{m}"),
+            None => instance.to_owned(),
+        };
+        config.set("group.instance.id", instance);
+    }
+    Ok(config)
+}
+
+/// Checks the group flags and refuses `-X` entries for the settings
+/// [`group_config`] owns.
+pub fn check_group_flags(common: &CommonArgs) -> Result<(), RuntimeError> {
+    for (key, _) in common.kafka_overrides()? {
+        if let Some((_, instead)) = OWNED_GROUP_SETTINGS.iter().find(|(k, _)| *k == key) {
+            return Err(RuntimeError::OwnedSetting { key, instead });
+        }
+    }
+    let session = common.group_session_timeout;
+    if session < Duration::from_secs(1) || session > MAX_SESSION_TIMEOUT {
+        return Err(RuntimeError::Flag {
+            flag: "--group-session-timeout / HOOKLINE_GROUP_SESSION_TIMEOUT",
+            why: format!("{session:?} is outside 1s..30m (brokers accept 6s..30m by default)"),
+        });
+    }
+    if common.consumer_stall_timeout < Duration::from_secs(1) {
+        return Err(RuntimeError::Flag {
+            flag: "--consumer-stall-timeout / HOOKLINE_CONSUMER_STALL_TIMEOUT",
+            why: "must be at least 1s".into(),
+        });
+    }
+    if let Some(id) = common.group_instance_id.as_deref() {
+        if id.trim().is_empty() || id.len() > 200 {
+            return Err(RuntimeError::Flag {
+                flag: "--group-instance-id / HOOKLINE_GROUP_INSTANCE_ID",
+                why: "must be a non-empty name of at most 200 characters".into(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// How often missing topics are looked for again.
 const TOPIC_RECHECK: Duration = Duration::from_secs(2);
 

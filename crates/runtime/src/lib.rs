@@ -3,6 +3,7 @@
 //! service crates; pure decisions live in `hookline-core`.
 
 pub mod config;
+pub mod group_watch;
 pub mod health;
 pub mod http;
 pub mod kafka;

@@ -26,6 +26,9 @@ fn common() -> CommonArgs {
         log_format: hookline_runtime::config::LogFormat::Text,
         log: "info".into(),
         shutdown_grace: Duration::from_secs(5),
+        group_session_timeout: Duration::from_secs(10),
+        group_instance_id: None,
+        consumer_stall_timeout: Duration::from_secs(30),
     }
 }
 

@@ -103,6 +103,17 @@ impl Stage {
                 path.display()
             );
         }
+        Self::start_exe(name, path, args, log).await
+    }
+
+    /// Like [`start`](Self::start), with the binary's path (an integration
+    /// test's `env!("CARGO_BIN_EXE_…")`).
+    pub async fn start_exe(
+        name: &'static str,
+        path: PathBuf,
+        args: &[String],
+        log: &Path,
+    ) -> anyhow::Result<Self> {
         let child = spawn(&path, args, log, false)?;
         let pid = child.id().context("the stage exited at once")?;
         let mut stage = Self {

@@ -15,16 +15,20 @@ pub mod label {
     pub const STATUS_CLASS: &str = "status_class";
     /// A bounded reason (`not_avro`, `exhausted`, ...).
     pub const REASON: &str = "reason";
+    /// A stage's group consumer (`events`, `deliveries`, a tier, `dead-letters`).
+    pub const CONSUMER: &str = "consumer";
 }
 
 /// Always 1, with the stage and version as labels.
 pub const BUILD_INFO: &str = "hookline_build_info";
 
+mod consumer;
 mod dispatcher;
 mod dlq_sink;
 mod fanout;
 mod subscriptions;
 
+pub use consumer::*;
 pub use dispatcher::*;
 pub use dlq_sink::*;
 pub use fanout::*;
@@ -34,6 +38,7 @@ pub use subscriptions::*;
 pub fn describe_all() {
     metrics::describe_gauge!(BUILD_INFO, "Always 1; labels carry version and stage.");
     subscriptions::describe();
+    consumer::describe();
     fanout::describe();
     dispatcher::describe();
     dlq_sink::describe();

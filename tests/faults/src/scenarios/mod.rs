@@ -66,7 +66,7 @@ pub const STALL: Duration = Duration::from_secs(60);
 
 /// A pipeline spec for the fault scenarios: a ladder of seconds, and group
 /// session timeouts at the broker's minimum so a killed member's partitions
-/// move in seconds rather than librdkafka's default 45 s (correctness does not
+/// move in 6 s rather than the default 10 s (correctness does not
 /// depend on it; the suite's run time does).
 pub fn spec(scenario: &'static str) -> Spec {
     let mut spec = Spec::for_harness("faults", scenario);
@@ -77,12 +77,7 @@ pub fn spec(scenario: &'static str) -> Spec {
         ("r1".to_owned(), Duration::from_secs(1)),
         ("r2".to_owned(), Duration::from_secs(2)),
     ];
-    let session = [
-        "-X",
-        "session.timeout.ms=6000",
-        "-X",
-        "heartbeat.interval.ms=1000",
-    ];
+    let session = ["--group-session-timeout", "6s"];
     spec.dispatcher_args = ["--retry-jitter", "200ms", "--request-timeout", "5s"]
         .into_iter()
         .chain(session)
