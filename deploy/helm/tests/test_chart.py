@@ -275,6 +275,8 @@ def test_config_checksum_changes_with_the_config():
     assert changed["dispatcher"] != base["dispatcher"]
     assert changed["fanout"] == base["fanout"]
     assert checksums("--set", "log.level=debug")["fanout"] != base["fanout"]
+    session = checksums("--set", "kafka.groupSessionTimeout=30s")
+    assert all(session[c] != base[c] for c in base), "every component must restart on a new session timeout"
 
 
 CUSTOM_LADDER = "retry-30s=30s,retry-5m=5m,retry-1h=1h"
@@ -361,6 +363,63 @@ def test_disabled_components_render_nothing(rendered):
     assert not [d for d in docs if d["metadata"]["name"].endswith(("-dispatcher", "-dlq-sink"))]
 
 
+# --- consumer groups -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", VALUE_FILES)
+def test_every_component_gets_the_group_settings_and_static_membership_is_opt_in(values, rendered):
+    docs = rendered[(values, KUBE_DEFAULT)]
+    kafka = values_of(values)["kafka"]
+    deps = kinds(docs, "Deployment")
+    assert deps
+    for dep in deps:
+        comp = component_of(dep)
+        env = configmap_env(docs, comp)
+        assert env["HOOKLINE_GROUP_SESSION_TIMEOUT"] == kafka["groupSessionTimeout"], comp
+        assert env["HOOKLINE_CONSUMER_STALL_TIMEOUT"] == kafka["consumerStallTimeout"], comp
+        assert "HOOKLINE_GROUP_INSTANCE_ID" not in env, "one ConfigMap value would be shared by every replica"
+        (c,) = dep["spec"]["template"]["spec"]["containers"]
+        instance = [e for e in c.get("env", []) if e["name"] == "HOOKLINE_GROUP_INSTANCE_ID"]
+        if kafka["staticMembership"]:
+            assert instance == [
+                {"name": "HOOKLINE_GROUP_INSTANCE_ID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}
+            ], comp
+        else:
+            assert not instance, f"{comp}: static membership must be opt-in"
+    for job in kinds(docs, "Job"):
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        assert not {e["name"] for e in c["env"]} & {"HOOKLINE_GROUP_SESSION_TIMEOUT", "HOOKLINE_GROUP_INSTANCE_ID"}
+
+
+def test_static_membership_keeps_extra_env(rendered):
+    docs = rendered[("static-membership", KUBE_DEFAULT)]
+    (dep,) = [d for d in kinds(docs, "Deployment") if component_of(d) == "dispatcher"]
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert [e["name"] for e in c["env"]] == ["HOOKLINE_GROUP_INSTANCE_ID", "RUST_BACKTRACE"]
+
+
+def test_group_settings_the_services_would_refuse_fail_rendering():
+    for timeout in ("500ms", "31m"):
+        out = helm_template("--set", f"kafka.groupSessionTimeout={timeout}")
+        assert out.returncode != 0 and f"kafka.groupSessionTimeout {timeout} is outside 1s..30m" in out.stderr
+    out = helm_template("--set", "kafka.groupSessionTimeout=ten")
+    assert out.returncode != 0 and "groupSessionTimeout" in out.stderr
+    out = helm_template("--set", "kafka.consumerStallTimeout=0s")
+    assert out.returncode != 0 and "kafka.consumerStallTimeout 0s must be at least 1s" in out.stderr
+    out = helm_template("--set", "kafka.staticMembership=yes")
+    assert out.returncode != 0 and "staticMembership" in out.stderr
+    for key in ("session\\.timeout\\.ms=45000", "group\\.instance\\.id=a", "partition\\.assignment\\.strategy=range"):
+        out = helm_template("--set", f"kafka.config.{key}")
+        assert out.returncode != 0 and "is a consumer-group setting the services own" in out.stderr, key
+    out = helm_template("--set", "fanout.env.HOOKLINE_GROUP_INSTANCE_ID=fanout-0")
+    assert out.returncode != 0 and "every replica the same instance id" in out.stderr
+    out = helm_template("--set", "dlqSink.env.HOOKLINE_GROUP_SESSION_TIMEOUT=30s")
+    assert out.returncode != 0 and "dlqSink.env.HOOKLINE_GROUP_SESSION_TIMEOUT is set by the chart" in out.stderr
+    out = helm_template("--set", "kafka.staticMembership=true", "--set", "fanout.extraEnv[0].name=HOOKLINE_GROUP_INSTANCE_ID",
+                        "--set", "fanout.extraEnv[0].value=x")
+    assert out.returncode != 0 and "drop one" in out.stderr
+
+
 # --- values match the services' real flags -----------------------------------
 
 
@@ -377,7 +436,9 @@ def test_every_env_var_the_chart_sets_is_a_real_flag(values, rendered):
     for dep in kinds(docs, "Deployment"):
         comp = component_of(dep)
         known = help_env(BINARIES[comp])
-        unknown = set(configmap_env(docs, comp)) - known
+        (c,) = dep["spec"]["template"]["spec"]["containers"]
+        chart_env = set(configmap_env(docs, comp)) | {e["name"] for e in c.get("env", []) if e["name"].startswith("HOOKLINE_")}
+        unknown = chart_env - known
         assert not unknown, f"{comp} has no flag for {sorted(unknown)}"
     for job in kinds(docs, "Job"):
         known = help_env("hookline-fanout", "topics")

@@ -143,10 +143,14 @@ app.kubernetes.io/component: {{ .component }}
 {{- $managed = concat $managed (list "ssl.certificate.location" "ssl.key.location") -}}
 {{- end -}}
 {{- end -}}
+{{- $group := dict "group.id" "use <component>.groupId" "group.instance.id" "use kafka.staticMembership" "session.timeout.ms" "use kafka.groupSessionTimeout" "heartbeat.interval.ms" "derived from kafka.groupSessionTimeout" "partition.assignment.strategy" "always cooperative-sticky" "group.protocol" "the classic protocol with cooperative-sticky" -}}
 {{- range $key, $value := $k.config -}}
 {{- $v := include "hookline.str" $value -}}
 {{- if has $key $managed -}}
 {{- fail (printf "kafka.config.%s is set by the chart from kafka.securityProtocol/sasl/tls; remove it from kafka.config" $key) -}}
+{{- end -}}
+{{- if hasKey $group $key -}}
+{{- fail (printf "kafka.config.%s is a consumer-group setting the services own and refuse as -X (%s); remove it from kafka.config" $key (get $group $key)) -}}
 {{- end -}}
 {{- if or (contains ";" $key) (contains ";" $v) -}}
 {{- fail (printf "kafka.config.%s: `;` separates passthrough entries and cannot appear in a key or value" $key) -}}
@@ -171,6 +175,35 @@ HOOKLINE_LOG_FORMAT: {{ .Values.log.format | quote }}
 HOOKLINE_LOG: {{ .Values.log.level | quote }}
 {{- end -}}
 
+{{/* Consumer-group settings of every component (not the topics Job, which
+     joins no group), checked against the range the services accept.
+     HOOKLINE_GROUP_INSTANCE_ID is not here: it comes from the pod name
+     (hookline.staticMembershipEnv), which a ConfigMap cannot hold. */}}
+{{- define "hookline.groupEnv" -}}
+{{- $k := .Values.kafka -}}
+{{- $session := include "hookline.durationMs" $k.groupSessionTimeout | int64 -}}
+{{- if or (lt $session (int64 1000)) (gt $session (int64 1800000)) -}}
+{{- fail (printf "kafka.groupSessionTimeout %s is outside 1s..30m, which the services refuse (brokers accept 6s..30m by default)" $k.groupSessionTimeout) -}}
+{{- end -}}
+{{- if lt (include "hookline.durationMs" $k.consumerStallTimeout | int64) (int64 1000) -}}
+{{- fail (printf "kafka.consumerStallTimeout %s must be at least 1s" $k.consumerStallTimeout) -}}
+{{- end -}}
+HOOKLINE_GROUP_SESSION_TIMEOUT: {{ $k.groupSessionTimeout | quote }}
+HOOKLINE_CONSUMER_STALL_TIMEOUT: {{ $k.consumerStallTimeout | quote }}
+{{- end -}}
+
+{{/* The container env entry of static membership, when kafka.staticMembership:
+     the pod name, unique per replica and stable across container restarts in
+     the pod (the dispatcher suffixes it per consumer). */}}
+{{- define "hookline.staticMembershipEnv" -}}
+{{- if .Values.kafka.staticMembership -}}
+- name: HOOKLINE_GROUP_INSTANCE_ID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end -}}
+{{- end -}}
+
 {{/* Environment of one component: (dict "root" $ "key" "dispatcher"). The
      chart's typed values first; the component's `env` map may add any other
      HOOKLINE_* flag but not override one the chart sets. */}}
@@ -179,6 +212,9 @@ HOOKLINE_LOG: {{ .Values.log.level | quote }}
 {{- $c := index $root.Values .key -}}
 {{- $env := include "hookline.commonEnv" $root | fromYaml -}}
 {{- $_ := set $env "HOOKLINE_SHUTDOWN_GRACE" (printf "%ds" (int $c.shutdownGraceSeconds)) -}}
+{{- range $k, $v := include "hookline.groupEnv" $root | fromYaml -}}
+{{- $_ := set $env $k $v -}}
+{{- end -}}
 {{- if eq .key "fanout" -}}
 {{- $_ := set $env "HOOKLINE_FANOUT_GROUP" $c.groupId -}}
 {{- else if eq .key "dispatcher" -}}
@@ -201,6 +237,9 @@ HOOKLINE_LOG: {{ .Values.log.level | quote }}
 {{- with $c.archive.s3Region }}{{ $_ := set $env "HOOKLINE_S3_REGION" . }}{{ end -}}
 {{- end -}}
 {{- range $name, $value := $c.env -}}
+{{- if eq $name "HOOKLINE_GROUP_INSTANCE_ID" -}}
+{{- fail (printf "%s.env.HOOKLINE_GROUP_INSTANCE_ID would give every replica the same instance id: set kafka.staticMembership, which takes it from the pod name" $.key) -}}
+{{- end -}}
 {{- if hasKey $env $name -}}
 {{- fail (printf "%s.env.%s is set by the chart from typed values; change those instead" $.key $name) -}}
 {{- end -}}

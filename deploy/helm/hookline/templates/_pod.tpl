@@ -33,9 +33,20 @@ spec:
       envFrom:
         - configMapRef:
             name: {{ include "hookline.fullname" $root }}-{{ .name }}
-      {{- with $c.extraEnv }}
+      {{- $static := include "hookline.staticMembershipEnv" $root }}
+      {{- range $c.extraEnv }}
+      {{- if and $static (eq .name "HOOKLINE_GROUP_INSTANCE_ID") }}
+      {{- fail "extraEnv sets HOOKLINE_GROUP_INSTANCE_ID, which kafka.staticMembership already takes from the pod name; drop one" }}
+      {{- end }}
+      {{- end }}
+      {{- if or $static $c.extraEnv }}
       env:
+        {{- with $static }}
+        {{- . | nindent 8 }}
+        {{- end }}
+        {{- with $c.extraEnv }}
         {{- toYaml . | nindent 8 }}
+        {{- end }}
       {{- end }}
       ports:
         - name: metrics
