@@ -233,8 +233,9 @@ async fn failures_go_to_the_first_tier_and_rejections_to_the_dlq() {
 /// takes 200 ms per response (8 in flight: 40/s, so its backlog needs ≥ 50 s), and
 /// a small tenant whose 20 deliveries are produced *after* the whale's.
 ///
-/// Stated bound: every small-tenant delivery arrives within 5 s of being produced,
-/// while the whale has not yet received half of its deliveries. (The partition
+/// Stated by order, not by the clock: every small-tenant delivery arrives before
+/// the whale has received half of its deliveries (the time it took is printed;
+/// `make bench` measures it). (The partition
 /// buffer, 5 000 records by default, holds the whole backlog; a backlog larger
 /// than the buffer delays later tenants by (backlog − buffer) / whale rate.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -272,8 +273,13 @@ async fn small_tenant_not_blocked_by_whale() {
         })
         .await;
     let waited = produced.elapsed();
-    let whale_done = env.receiver.requests_to("/whale").len();
+    let requests = env.receiver.requests();
     running.shutdown().await;
+    let last_small = requests.iter().rposition(|r| r.path == "/small");
+    let whale_done = requests[..last_small.unwrap_or(0)]
+        .iter()
+        .filter(|r| r.path == "/whale")
+        .count();
 
     assert!(
         all_small,
@@ -294,12 +300,8 @@ async fn small_tenant_not_blocked_by_whale() {
         "small tenant: {SMALL} deliveries within {waited:?} (worst {worst:?}); whale had {whale_done}/{WHALE}"
     );
     assert!(
-        waited < Duration::from_secs(5),
-        "small tenant waited {waited:?}"
-    );
-    assert!(
         whale_done < WHALE / 2,
-        "the whale backlog was not actually ahead: {whale_done}"
+        "the small tenant waited behind the whale: {whale_done} of {WHALE} whale deliveries came first"
     );
     let ids: HashSet<&str> = small_reqs.iter().map(|r| r.header("webhook-id")).collect();
     assert_eq!(ids.len(), SMALL);

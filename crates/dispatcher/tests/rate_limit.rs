@@ -74,10 +74,8 @@ async fn rate_limited_subscription_is_paced_and_does_not_hold_back_others() {
         env.receiver.requests_to("/limited").len()
     );
     eprintln!("/free: {N} within {free_waited:?}, while /limited had {limited_then}/{N}");
-    assert!(
-        free_waited < Duration::from_secs(5),
-        "the unlimited subscription waited {free_waited:?}"
-    );
+    // By order, not by the clock: the unlimited subscription finished while
+    // the limited one was still being held back.
     assert!(
         limited_then < N,
         "the limited subscription finished first, so nothing was shown"

@@ -120,7 +120,37 @@ struct State {
     requests: Mutex<Vec<Recorded>>,
     behaviours: Mutex<HashMap<String, Behaviour>>,
     seen: Mutex<HashMap<String, u32>>,
+    /// Per path: requests being handled now, and the most at once.
+    in_flight: Mutex<HashMap<String, (usize, usize)>>,
     arrived: Notify,
+}
+
+/// Counts a request of `path` as in flight until dropped.
+struct InFlight {
+    state: Arc<State>,
+    path: String,
+}
+
+impl InFlight {
+    fn start(state: &Arc<State>, path: &str) -> Self {
+        let mut all = lock(&state.in_flight);
+        let (now, most) = all.entry(path.to_owned()).or_default();
+        *now += 1;
+        *most = (*most).max(*now);
+        drop(all);
+        Self {
+            state: Arc::clone(state),
+            path: path.to_owned(),
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some((now, _)) = lock(&self.state.in_flight).get_mut(&self.path) {
+            *now = now.saturating_sub(1);
+        }
+    }
 }
 
 /// The running receiver.
@@ -225,6 +255,15 @@ impl Receiver {
 
     /// Waits until `done` holds for the requests so far, or `timeout` passes;
     /// returns whether it held.
+    /// The most requests to `path` the receiver was handling at once (from
+    /// arrival until its answer, delay included): an exact check of a
+    /// sender's concurrency cap, with no timing in it.
+    pub fn max_in_flight(&self, path: &str) -> usize {
+        lock(&self.state.in_flight)
+            .get(path)
+            .map_or(0, |(_, most)| *most)
+    }
+
     pub async fn wait_until(
         &self,
         timeout: Duration,
@@ -281,6 +320,7 @@ async fn handle(
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let at = Instant::now();
     let received_at = SystemTime::now();
+    let _in_flight = InFlight::start(&state, req.uri().path());
     let (parts, body) = req.into_parts();
     let body = body
         .collect()
