@@ -67,9 +67,9 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
     let mut last = "";
     for step in 0..4 {
         tokio::time::sleep(Duration::from_secs(4)).await;
-        // SIGTERM the member with attempts in flight: the sticky assignor
-        // balances partition counts, not topics, so one member may own every
-        // `deliveries` partition while the other holds only idle tiers.
+        // SIGTERM the member with the most attempts in flight (both own
+        // `deliveries` partitions, balanced per topic, so the drain is
+        // exercised on whichever is busiest).
         let mut pick = None;
         let waiting = Instant::now();
         while pick.is_none() && waiting.elapsed() < Duration::from_secs(10) {
