@@ -106,26 +106,13 @@ async fn replicas_split_every_topic_evenly_and_take_over_a_killed_ones_partition
     let logs = tempfile::tempdir().unwrap();
     // Gauges refresh every second with a 3 s stall timeout; the session
     // timeout is the default, which is what the failover bound is about.
-    let args = env.args(&[
-        "--log-format",
-        "json",
-        "--log",
-        "warn,hookline_runtime::ops=info",
-        "--consumer-stall-timeout",
-        "3s",
-    ]);
     let mut replicas = Vec::new();
     for n in 0..REPLICAS {
         let log = logs.path().join(format!("dispatcher-{n}.log"));
-        let stage = Stage::start_exe(
-            "dispatcher",
-            env!("CARGO_BIN_EXE_hookline-dispatcher").into(),
-            &args[1..],
-            &log,
-        )
-        .await
-        .unwrap();
-        replicas.push(stage);
+        replicas.push(
+            env.spawn_stage(&["--consumer-stall-timeout", "3s"], &log)
+                .await,
+        );
     }
     let refs: Vec<&Stage> = replicas.iter().collect();
     wait_balanced(&refs, Duration::from_secs(90), "three replicas").await;

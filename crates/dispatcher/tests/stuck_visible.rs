@@ -78,22 +78,12 @@ async fn a_dispatcher_refused_by_its_group_turns_unready_and_recovers() {
     });
 
     let logs = tempfile::tempdir().unwrap();
-    let args = env.args(&[
-        "--log-format",
-        "json",
-        "--log",
-        "warn,hookline_runtime::ops=info",
-        "--consumer-stall-timeout",
-        "3s",
-    ]);
-    let stage = Stage::start_exe(
-        "dispatcher",
-        env!("CARGO_BIN_EXE_hookline-dispatcher").into(),
-        &args[1..],
-        &logs.path().join("dispatcher.log"),
-    )
-    .await
-    .unwrap();
+    let stage = env
+        .spawn_stage(
+            &["--consumer-stall-timeout", "3s"],
+            &logs.path().join("dispatcher.log"),
+        )
+        .await;
     wait_for(
         &stage,
         Duration::from_secs(60),

@@ -136,20 +136,17 @@ impl SinkLoop {
         self.consumer
             .subscribe(&wanted)
             .map_err(|e| hookline_runtime::RuntimeError::kafka("subscribing", e))?;
-        // The consumer's watch, stopped when this returns, however it returns.
-        let watch = CancellationToken::new();
-        group_watch::spawn(
-            Arc::clone(&self.consumer),
+        // Stalled or unassigned shows in `/readyz`; stopped when this
+        // returns, however it returns.
+        let _watch = group_watch::watch_while_held(
+            &self.consumer,
             group_watch::WatchSpec {
                 stage: STAGE,
                 consumer: "dead-letters",
                 stall_timeout: self.stall_timeout,
             },
-            group_watch::HeldPartitions::default(),
-            self.health.clone(),
-            watch.clone(),
+            &self.health,
         );
-        let _watch = watch.drop_guard();
         self.health.set_ready(STAGE, Ok(()));
         tracing::info!(topics = ?wanted, archive = %self.store, "archiving");
         let mut tick = tokio::time::interval(TICK);

@@ -156,31 +156,22 @@ impl FanoutLoop {
         Ok(producer)
     }
 
-    /// Starts the consumer's watch (stalled or unassigned shows in `/readyz`);
-    /// cancel the token to stop it.
-    fn watch(&self) -> CancellationToken {
-        let stop = CancellationToken::new();
-        group_watch::spawn(
-            Arc::clone(&self.consumer),
-            group_watch::WatchSpec {
-                stage: STAGE,
-                consumer: "events",
-                stall_timeout: self.config.common.consumer_stall_timeout,
-            },
-            group_watch::HeldPartitions::default(),
-            self.health.clone(),
-            stop.clone(),
-        );
-        stop
-    }
-
     /// Runs until `stop`; the batch in hand when it fires is committed first.
     pub(crate) async fn run(mut self, stop: CancellationToken) -> Result<(), FanoutError> {
         self.consumer
             .subscribe(&[self.topics.events()])
             .map_err(|e| kafka_err("subscribing to events", e))?;
-        // Stopped when this returns, however it returns.
-        let _watch = self.watch().drop_guard();
+        // Stalled or unassigned shows in `/readyz`; stopped when this
+        // returns, however it returns.
+        let _watch = group_watch::watch_while_held(
+            &self.consumer,
+            group_watch::WatchSpec {
+                stage: STAGE,
+                consumer: "events",
+                stall_timeout: self.config.common.consumer_stall_timeout,
+            },
+            &self.health,
+        );
         self.health.set_ready(STAGE, Ok(()));
         tracing::info!(topic = %self.topics.events(), group = %self.config.fanout.group_id, "fanning out");
         // A batch whose transaction failed, to go into the next one.

@@ -112,6 +112,28 @@ where
     })
 }
 
+/// [`spawn`] for a stage that pauses nothing on purpose: the watch runs until
+/// the returned guard is dropped.
+pub fn watch_while_held<C, K>(
+    consumer: &Arc<K>,
+    spec: WatchSpec,
+    health: &Health,
+) -> tokio_util::sync::DropGuard
+where
+    C: ConsumerContext + 'static,
+    K: Consumer<C> + Send + Sync + 'static,
+{
+    let stop = CancellationToken::new();
+    spawn(
+        Arc::clone(consumer),
+        spec,
+        HeldPartitions::default(),
+        health.clone(),
+        stop.clone(),
+    );
+    stop.drop_guard()
+}
+
 /// Reads the assignment, positions and watermarks of `consumer`.
 fn look<C: ConsumerContext, K: Consumer<C>>(
     consumer: &K,

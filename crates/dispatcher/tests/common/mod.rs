@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use hookline_envelope::{decode, delivery_id, encode, DeadLetter, Delivery, Subscription, Topics};
-use hookline_testkit::{kafka, receiver::Receiver};
+use hookline_testkit::{kafka, receiver::Receiver, stage::Stage};
 use rdkafka::{
     message::Message,
     producer::{FutureProducer, FutureRecord},
@@ -129,6 +129,27 @@ impl Env {
         }
         args.extend(extra.iter().map(|s| s.to_string()));
         args
+    }
+
+    /// Starts the real binary as a [`Stage`] (ready when this returns), with
+    /// JSON logs in `log` so the harness finds its ops address.
+    pub async fn spawn_stage(&self, extra: &[&str], log: &std::path::Path) -> Stage {
+        let mut flags = vec![
+            "--log-format",
+            "json",
+            "--log",
+            "warn,hookline_runtime::ops=info",
+        ];
+        flags.extend_from_slice(extra);
+        let args = self.args(&flags);
+        Stage::start_exe(
+            "dispatcher",
+            env!("CARGO_BIN_EXE_hookline-dispatcher").into(),
+            &args[1..],
+            log,
+        )
+        .await
+        .unwrap()
     }
 
     /// Starts a dispatcher in this process.
