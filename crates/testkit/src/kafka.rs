@@ -235,7 +235,7 @@ pub async fn group_progress(group: &str, topic: &str) -> anyhow::Result<(i64, i6
             let (_, high) = consumer.fetch_watermarks(&topic, p.id(), Duration::from_secs(10))?;
             high_sum += high;
         }
-        let committed = consumer.committed_offsets(tpl, Duration::from_secs(10))?;
+        let committed = committed_offsets(&consumer, tpl)?;
         let committed_sum = committed
             .elements()
             .iter()
@@ -247,6 +247,56 @@ pub async fn group_progress(group: &str, topic: &str) -> anyhow::Result<(i64, i6
         Ok((committed_sum, high_sum))
     })
     .await?
+}
+
+/// The group's committed offsets, asked again while the group coordinator is
+/// not there yet: on a fresh broker `__consumer_offsets` is still loading
+/// and the first OffsetFetch can be answered `NotCoordinator` (seen failing
+/// a dispatcher test on its first run on a new broker).
+fn committed_offsets(
+    consumer: &rdkafka::consumer::BaseConsumer,
+    tpl: rdkafka::TopicPartitionList,
+) -> anyhow::Result<rdkafka::TopicPartitionList> {
+    use rdkafka::{consumer::Consumer, types::RDKafkaErrorCode};
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match consumer.committed_offsets(tpl.clone(), Duration::from_secs(10)) {
+            Err(e)
+                if std::time::Instant::now() < deadline
+                    && matches!(
+                        e.rdkafka_error_code(),
+                        Some(
+                            RDKafkaErrorCode::NotCoordinator
+                                | RDKafkaErrorCode::CoordinatorLoadInProgress
+                                | RDKafkaErrorCode::CoordinatorNotAvailable
+                        )
+                    ) =>
+            {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
+/// Waits until `group` has committed every record of `topic` (as far as its
+/// end when asked), asking again on an error until the deadline; the panic
+/// says what was last seen.
+pub async fn wait_committed_to_end(group: &str, topic: &str, within: Duration) {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let progress = group_progress(group, topic).await;
+        if let Ok((committed, high)) = progress {
+            if committed == high {
+                return;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "group {group} did not commit {topic} to its end within {within:?}: last seen (committed, end) = {progress:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Produces many records quickly (pipelined, idempotent), waiting for every

@@ -262,18 +262,7 @@ impl Env {
 
     /// Waits until the group has committed every record of `topic`.
     pub async fn topic_committed_to_end(&self, topic: &str, within: Duration) {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            let (committed, high) = kafka::group_progress(&self.group, topic).await.unwrap();
-            if committed == high {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "dispatcher did not commit {topic} within {within:?}: committed {committed} of {high}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        kafka::wait_committed_to_end(&self.group, topic, within).await;
     }
 }
 

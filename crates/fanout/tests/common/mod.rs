@@ -123,22 +123,7 @@ impl Env {
 
     /// Waits until the fanout group has committed every event produced so far.
     pub async fn drained(&self, within: Duration) {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            // A coordinator busy with the group (a rebalance after a kill)
-            // can fail the query now and then: ask again until the deadline.
-            let progress = kafka::group_progress(&self.group, self.topics.events()).await;
-            if let Ok((committed, high)) = progress {
-                if committed == high {
-                    return;
-                }
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "fanout did not drain events within {within:?}: {progress:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        kafka::wait_committed_to_end(&self.group, self.topics.events(), within).await;
     }
 
     pub async fn deliveries(&self) -> Vec<Delivery> {
