@@ -3,7 +3,7 @@ every manifest validates offline against the Kubernetes schemas, the alert
 rules pass promtool, and the properties the deployment relies on hold (grace
 period vs request timeout, probes, security context, no secret in env, the
 signing Secret mounted as a directory, the topic hook, lag scaling only on the
-ready queues). Run by `make chart-test` (deploy/helm/chart-test.sh), which
+ready queues, no more replicas than the partitions their consumers read). Run by `make chart-test` (deploy/helm/chart-test.sh), which
 installs helm, promtool and kubernetes-validate first."""
 
 from __future__ import annotations
@@ -540,6 +540,86 @@ def test_scaling_guards():
     assert out.returncode != 0 and "dlqSink/autoscaling/mode" in out.stderr
     out = helm_template("--set", "fanout.autoscaling.enabled=true", "--set", "fanout.autoscaling.maxReplicas=40")
     assert out.returncode != 0 and "exceeds the partitions of events (12)" in out.stderr
+
+
+def partitions_of(v: dict, topic: str) -> int:
+    t = v["topics"]
+    return int((t["perTopic"].get(topic) or {}).get("partitions", t["partitions"]))
+
+
+def consumer_partitions(v: dict, key: str) -> int:
+    """The replicas a component's consumers keep busy: fanout has one consumer on
+    events; the dispatcher one per topic (deliveries and each retry tier), so
+    the fewest partitions among them; the dlq-sink one on the DLQ and the
+    quarantine together, so their sum."""
+    if key == "fanout":
+        return partitions_of(v, "events")
+    if key == "dispatcher":
+        topics = ["deliveries", *(f"deliveries.{t['name']}" for t in v["topics"]["retryTiers"])]
+        return min(partitions_of(v, t) for t in topics)
+    return partitions_of(v, "deliveries.dlq") + partitions_of(v, "events.quarantine")
+
+
+@pytest.mark.parametrize("values", VALUE_FILES)
+def test_no_component_runs_more_replicas_than_its_consumers_have_partitions(values, rendered):
+    docs = rendered[(values, KUBE_DEFAULT)]
+    v = values_of(values)
+    scalers = {component_of(d): d["spec"] for d in docs if d["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")}
+    for dep in kinds(docs, "Deployment"):
+        comp = component_of(dep)
+        key = {"dlq-sink": "dlqSink"}.get(comp, comp)
+        scaler = scalers.get(comp)
+        most = dep["spec"]["replicas"] if scaler is None else scaler.get("maxReplicas", scaler.get("maxReplicaCount"))
+        assert most <= consumer_partitions(v, key), f"{comp}: {most} replicas, some would get no partition"
+
+
+def test_replicas_beyond_the_partitions_their_consumers_read_fail_rendering():
+    def fails(message, *args):
+        out = helm_template(*args)
+        assert out.returncode != 0, args
+        assert message in out.stderr, out.stderr
+        assert "extra consumers would sit idle, fail /readyz" in out.stderr
+        return out.stderr
+
+    def renders(*args):
+        out = helm_template(*args)
+        assert out.returncode == 0, out.stderr
+
+    def autoscaled(key, mode, most):
+        return ["--set", f"{key}.autoscaling.enabled=true", "--set", f"{key}.autoscaling.mode={mode}",
+                "--set", f"{key}.autoscaling.maxReplicas={most}"]
+
+    # fanout: one consumer on events; replicaCount, else maxReplicas in either mode.
+    err = fails("fanout.replicaCount (13) exceeds the partitions of events (12)", "--set", "fanout.replicaCount=13")
+    assert "lower fanout.replicaCount or raise topics.perTopic.events.partitions" in err
+    for mode in ("hpa", "keda"):
+        fails("fanout.autoscaling.maxReplicas (13) exceeds the partitions of events (12)", *autoscaled("fanout", mode, 13))
+    renders(*autoscaled("fanout", "hpa", 12), "--set", "fanout.replicaCount=40")
+    renders("--set", "fanout.replicaCount=48", "--set", "topics.perTopic.events.partitions=48")
+    renders("--set", "fanout.enabled=false", "--set", "fanout.replicaCount=99")
+    # dispatcher: one consumer per topic, so the topic with the fewest partitions
+    # bounds it, and the message names that topic.
+    retry_1m = "topics.perTopic.deliveries\\.retry-1m.partitions=8"
+    err = fails("dispatcher.replicaCount (9) exceeds the partitions of deliveries.retry-1m (8), the fewest of deliveries and its retry tiers",
+                "--set", retry_1m, "--set", "dispatcher.replicaCount=9")
+    assert "raise topics.perTopic.deliveries.retry-1m.partitions" in err
+    renders("--set", retry_1m, "--set", "dispatcher.replicaCount=8")
+    fails("dispatcher.replicaCount (2) exceeds the partitions of deliveries (1)", "--set", "topics.perTopic.deliveries.partitions=1")
+    for mode in ("hpa", "keda"):
+        fails("dispatcher.autoscaling.maxReplicas (24) exceeds the partitions of deliveries.retry-10s (12)",
+              "--set", "topics.perTopic.deliveries.partitions=24", *autoscaled("dispatcher", mode, 24))
+    # The tiers are those of topics.retryTiers, each topic deliveries.<name>.
+    fails("dispatcher.replicaCount (6) exceeds the partitions of deliveries.retry-5m (4)", "-f", str(VALUES_DIR / "retry-ladder.yaml"),
+          "--set", "topics.perTopic.deliveries\\.retry-5m.partitions=4", "--set", "dispatcher.replicaCount=6")
+    # dlq-sink: one consumer shares the DLQ's and the quarantine's partitions.
+    err = fails("dlqSink.replicaCount (25) exceeds the partitions of deliveries.dlq + events.quarantine (24)",
+                "--set", "dlqSink.replicaCount=25")
+    assert "lower dlqSink.replicaCount" in err
+    renders("--set", "dlqSink.replicaCount=24")
+    small = ["--set", "topics.perTopic.deliveries\\.dlq.partitions=3", "--set", "topics.perTopic.events\\.quarantine.partitions=1"]
+    fails("dlqSink.autoscaling.maxReplicas (5) exceeds the partitions of deliveries.dlq + events.quarantine (4)",
+          *small, *autoscaled("dlqSink", "hpa", 5))
+    renders(*small, *autoscaled("dlqSink", "hpa", 4))
 
 
 def test_values_schema_is_strict():

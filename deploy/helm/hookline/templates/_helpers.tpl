@@ -67,6 +67,67 @@ app.kubernetes.io/component: {{ .component }}
 - events.quarantine
 {{- end -}}
 
+{{/* Partitions of one topic, by unprefixed name (the topics.perTopic key):
+     its perTopic partitions, else topics.partitions. (dict "root" $ "topic" "events") */}}
+{{- define "hookline.partitions" -}}
+{{- $t := .root.Values.topics -}}
+{{- $s := get $t.perTopic .topic | default dict -}}
+{{- int (default $t.partitions $s.partitions) -}}
+{{- end -}}
+
+{{/* Replicas a component's consumers can keep busy, checked against
+     replicaCount, or autoscaling.maxReplicas when autoscaling is on (hpa or
+     keda). A replica beyond them gets no partition: it sits idle, fails
+     /readyz after kafka.consumerStallTimeout, and an unready pod holds the
+     PodDisruptionBudget and blocks node drains. fanout runs one consumer on
+     events; the dispatcher one consumer per topic (deliveries and each retry
+     tier), so the topic with the fewest partitions bounds it; the dlq-sink one
+     consumer on deliveries.dlq and events.quarantine together, so their sum
+     does. (dict "root" $ "key" "dispatcher") */}}
+{{- define "hookline.replicaGuard" -}}
+{{- $root := .root -}}
+{{- $c := index $root.Values .key -}}
+{{- $field := printf "%s.replicaCount" .key -}}
+{{- $replicas := int $c.replicaCount -}}
+{{- if $c.autoscaling.enabled -}}
+{{- $field = printf "%s.autoscaling.maxReplicas" .key -}}
+{{- $replicas = int $c.autoscaling.maxReplicas -}}
+{{- end -}}
+{{- $limit := 0 -}}
+{{- $source := "" -}}
+{{- $why := "" -}}
+{{- $raise := "" -}}
+{{- if eq .key "dlqSink" -}}
+{{- $topics := list "deliveries.dlq" "events.quarantine" -}}
+{{- range $topics -}}
+{{- $limit = add $limit (include "hookline.partitions" (dict "root" $root "topic" .) | int) -}}
+{{- end -}}
+{{- $source = join " + " $topics -}}
+{{- $why = ", which its one consumer shares" -}}
+{{- $raise = "topics.perTopic.deliveries.dlq.partitions or topics.perTopic.events.quarantine.partitions" -}}
+{{- else -}}
+{{- $topics := list "events" -}}
+{{- if eq .key "dispatcher" -}}
+{{- $topics = list "deliveries" -}}
+{{- range $root.Values.topics.retryTiers }}{{ $topics = append $topics (printf "deliveries.%s" .name) }}{{ end -}}
+{{- end -}}
+{{- range $topics -}}
+{{- $p := include "hookline.partitions" (dict "root" $root "topic" .) | int -}}
+{{- if or (not $source) (lt $p $limit) -}}
+{{- $limit = $p -}}
+{{- $source = . -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (len $topics) 1 -}}
+{{- $why = ", the fewest of deliveries and its retry tiers (one consumer each)" -}}
+{{- end -}}
+{{- $raise = printf "topics.perTopic.%s.partitions" $source -}}
+{{- end -}}
+{{- if gt $replicas (int $limit) -}}
+{{- fail (printf "%s (%d) exceeds the partitions of %s (%d)%s: extra consumers would sit idle, fail /readyz and block node drains under the PodDisruptionBudget; lower %s or raise %s" $field $replicas $source (int $limit) $why $field $raise) -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The retry ladder as `name=delay,...` from topics.retryTiers: the one list
      both the dispatcher (HOOKLINE_RETRY_TIERS) and the topic hook
      (HOOKLINE_TOPICS_RETRY_TIERS) are given, so the tiers it consumes are the
