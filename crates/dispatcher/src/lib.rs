@@ -10,9 +10,11 @@ mod attempt;
 pub mod config;
 mod consumer;
 mod engine;
+mod machine;
 mod metrics;
 mod offsets;
 mod outcome;
+mod part;
 mod quarantine;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};

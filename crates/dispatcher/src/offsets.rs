@@ -14,7 +14,7 @@ use rdkafka::{
     Offset, TopicPartitionList,
 };
 
-use crate::{consumer::DispatchContext, engine::Part};
+use crate::{consumer::DispatchContext, part::Part};
 
 #[derive(Debug, Default)]
 struct Tracked {
@@ -40,17 +40,17 @@ impl Offsets {
     }
 
     /// Marks a record done; a partition no longer assigned is ignored.
-    pub(crate) fn finish(&mut self, part: Part, offset: i64) {
-        if let Some(t) = self.parts.get_mut(&part) {
-            if let Err(error) = t.watermark.finish(offset) {
-                tracing::error!(?part, offset, %error, "watermark refused a finish");
-            }
+    pub(crate) fn finish(&mut self, part: Part, offset: i64) -> Result<(), WatermarkError> {
+        match self.parts.get_mut(&part) {
+            Some(t) => t.watermark.finish(offset),
+            None => Ok(()),
         }
     }
 
-    /// Whether `part` is assigned to this replica (between assign and forget).
-    pub(crate) fn is_assigned(&self, part: Part) -> bool {
-        self.parts.contains_key(&part)
+    /// The offset that would be committed for `part` (for tests and gauges).
+    #[cfg(test)]
+    pub(crate) fn committable(&self, part: Part) -> Option<i64> {
+        self.parts.get(&part)?.watermark.committable()
     }
 
     /// For a seek back to `offset`: forgets that offset and every later one (they

@@ -1,0 +1,433 @@
+//! The delivery engine's adapter: it feeds the decision machine (`machine/`)
+//! what Kafka and the attempt tasks report, and carries out what it decides —
+//! spawning attempts and quarantine writes, pausing, resuming and rewinding
+//! partitions through their consumer, storing and committing offsets.
+//!
+//! Guarantees (the decisions themselves are the machine's; see there):
+//! - at least once: an offset is stored only from the watermark (`offsets.rs`),
+//!   which passes a record only once its outcome is durable;
+//! - one loop: every decision is made on this task, in the order events arrive;
+//!   the pollers only fetch and carry out rewinds (`consumer.rs`);
+//! - revoke and shutdown: queued records are dropped (not attempted), in-flight
+//!   attempts get the request timeout to finish, then the watermark is stored
+//!   and committed; whatever did not finish stays unfinished and is re-attempted
+//!   (`rebalance.rs`);
+//! - a due head or a rate-limited lane is woken by one timer arm in the loop,
+//!   not a task per partition; the pollers keep polling meanwhile, so the group
+//!   session stays alive.
+
+mod gauges;
+mod rebalance;
+
+use std::{collections::HashMap, sync::Arc, time::Duration, time::SystemTime};
+
+use hookline_core::{LaneLimits, LaneSettings};
+use hookline_envelope::{Delivery, Unusable};
+use hookline_runtime::{
+    group_watch::HeldPartitions, health::Health, kafka, subscriptions::Subscriptions,
+};
+use rdkafka::{
+    consumer::Consumer,
+    message::{Message, OwnedMessage},
+    TopicPartitionList,
+};
+use tokio::{
+    sync::mpsc,
+    task::{AbortHandle, Id, JoinError, JoinSet},
+};
+use tokio_util::sync::CancellationToken;
+
+pub(crate) use crate::part::Input;
+use crate::{
+    attempt::{self, AttemptContext, Finished, Target},
+    consumer::{Command, Consumers, FromKafka},
+    machine::{Action, Directory, GateAction, Intake, Machine, Note},
+    metrics,
+    part::{Key, Part},
+    quarantine, DispatcherError,
+};
+
+const LOOP: &str = "dispatcher";
+const TICK: Duration = Duration::from_millis(200);
+/// Gauges are refreshed every this many ticks.
+const GAUGE_TICKS: u32 = 5;
+/// Time for a follow-up produce after the request timeout, when draining.
+const DRAIN_SLACK: Duration = Duration::from_secs(5);
+/// Added to a due time before sleeping on it, so the wall clock has surely passed
+/// it when the refetched head is checked (the sleep runs on the monotonic clock).
+const WAKE_SLACK: Duration = Duration::from_millis(2);
+
+/// The subscription table, as the machine asks it.
+struct Subs<'a>(&'a Subscriptions);
+
+impl Directory for Subs<'_> {
+    fn settings(&self, subscription_id: &str) -> LaneSettings {
+        // Non-positive or non-finite rates are unlimited (`LaneSettings`).
+        self.0
+            .get(subscription_id)
+            .map_or(LaneSettings::unlimited_rate(1), |s| LaneSettings {
+                max_in_flight: u32::try_from(s.record.max_in_flight).unwrap_or(1),
+                rate_per_s: s.record.rate_limit_per_s,
+            })
+    }
+
+    fn target(&self, d: &Delivery) -> Option<Target> {
+        let s = self.0.get(&d.subscription_id)?;
+        (s.record.enabled && s.record.tenant_id == d.tenant_id).then(|| Target {
+            url: s.record.url.clone(),
+            secret_ref: s.record.secret_ref.clone(),
+        })
+    }
+}
+
+/// A task in flight, by record.
+#[derive(Debug)]
+struct Task {
+    abort: AbortHandle,
+    cancel: CancellationToken,
+}
+
+pub(crate) struct Engine {
+    machine: Machine,
+    /// One consumer per input, indexed like the inputs.
+    consumers: Consumers,
+    /// The inputs' topics, indexed like the inputs.
+    topics: Vec<String>,
+    events: mpsc::Receiver<FromKafka>,
+    subs: Subscriptions,
+    ctx: Arc<AttemptContext>,
+    health: Health,
+    request_timeout: Duration,
+    shutdown_grace: Duration,
+    tasks: JoinSet<(Key, Finished)>,
+    task_keys: HashMap<Id, Key>,
+    running: HashMap<Key, Task>,
+    /// Per input: its consumer's rebalance epoch as last reported.
+    epochs: Vec<u64>,
+    /// Per input: its poller's command channel.
+    commands: Vec<std::sync::mpsc::Sender<Command>>,
+    /// Per input: the partitions paused on purpose, for its consumer's watch.
+    on_purpose: Vec<HeldPartitions>,
+    ticks: u32,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("inputs", &self.machine.inputs())
+            .field("in_flight", &self.running.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Engine::new`] needs besides the limits.
+pub(crate) struct Parts {
+    pub inputs: Vec<Input>,
+    pub consumers: Consumers,
+    pub events: mpsc::Receiver<FromKafka>,
+    pub subs: Subscriptions,
+    pub ctx: Arc<AttemptContext>,
+    pub health: Health,
+    pub request_timeout: Duration,
+    pub shutdown_grace: Duration,
+    pub commands: Vec<std::sync::mpsc::Sender<Command>>,
+    pub on_purpose: Vec<HeldPartitions>,
+}
+
+impl Engine {
+    pub(crate) fn new(p: Parts, limits: LaneLimits) -> Result<Self, DispatcherError> {
+        Ok(Self {
+            epochs: vec![0; p.inputs.len()],
+            topics: p.inputs.iter().map(|i| i.topic.clone()).collect(),
+            machine: Machine::new(p.inputs, limits)?,
+            consumers: p.consumers,
+            events: p.events,
+            subs: p.subs,
+            ctx: p.ctx,
+            health: p.health,
+            request_timeout: p.request_timeout,
+            shutdown_grace: p.shutdown_grace,
+            tasks: JoinSet::new(),
+            task_keys: HashMap::new(),
+            running: HashMap::new(),
+            commands: p.commands,
+            on_purpose: p.on_purpose,
+            ticks: 0,
+        })
+    }
+
+    /// Runs until `shutdown`, then drains.
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.machine
+                .start_ready(SystemTime::now(), &Subs(&self.subs));
+            self.act();
+            // A due partition to resume or a rate-limited lane allowed to start.
+            let wakeup = self.machine.next_wakeup().map(|at| {
+                let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
+                tokio::time::Instant::now() + wait + WAKE_SLACK
+            });
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                _ = sleep_until_some(wakeup), if wakeup.is_some() => self.machine.on_due(SystemTime::now()),
+                Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => self.on_done(done),
+                event = self.events.recv() => match event {
+                    Some(event) => self.on_event(event).await,
+                    None => break,
+                },
+                _ = tick.tick() => self.on_tick(),
+            }
+            self.act();
+        }
+        self.drain().await;
+    }
+
+    async fn on_event(&mut self, event: FromKafka) {
+        match event {
+            FromKafka::Message(msg) => self.on_message(&msg),
+            FromKafka::Assigned {
+                input,
+                parts,
+                epoch,
+            } => {
+                self.epochs[usize::from(input)] = epoch;
+                let parts: Vec<Part> = parts
+                    .iter()
+                    .filter_map(|(t, p)| self.machine.part(t, *p))
+                    .collect();
+                self.machine.assign(&parts);
+            }
+            FromKafka::Revoked {
+                input,
+                parts,
+                confirm,
+                epoch,
+            } => {
+                self.epochs[usize::from(input)] = epoch;
+                self.revoke(input, &parts).await;
+                let _ = confirm.send(());
+            }
+            FromKafka::Rewound {
+                partition: (topic, partition),
+                generation,
+                done,
+            } => {
+                if let Some(part) = self.machine.part(&topic, partition) {
+                    self.machine.rewound(part, generation, done);
+                }
+            }
+            FromKafka::Error(error) => tracing::warn!(%error, "consumer error"),
+        }
+    }
+
+    fn on_message(&mut self, msg: &OwnedMessage) {
+        let Some(part) = self.machine.part(msg.topic(), msg.partition()) else {
+            tracing::warn!(topic = msg.topic(), "message from an unexpected topic");
+            return;
+        };
+        let intake = self.machine.on_record(
+            part,
+            msg.offset(),
+            msg.payload(),
+            SystemTime::now(),
+            &Subs(&self.subs),
+        );
+        if let Intake::Quarantine(unusable) = intake {
+            self.quarantine(part, msg, &unusable);
+        }
+    }
+
+    /// Writes a record that is not a `Delivery` to the quarantine topic in a
+    /// task; the machine finishes its offset when the write is acknowledged.
+    fn quarantine(&mut self, part: Part, msg: &OwnedMessage, unusable: &Unusable) {
+        let offset = msg.offset();
+        let record = unusable.quarantine(
+            &kafka::source_record(msg),
+            kafka::quarantined_headers(msg),
+            now_ms(),
+        );
+        tracing::warn!(
+            topic = msg.topic(),
+            partition = part.partition,
+            offset,
+            reason = %unusable.reason,
+            detail = %record.detail,
+            "quarantining a record that is not a Delivery"
+        );
+        let ctx = Arc::clone(&self.ctx);
+        let reason = unusable.reason;
+        self.spawn((part, offset), move |token| async move {
+            quarantine::run(ctx, record, reason, token).await
+        });
+    }
+
+    fn spawn<F, Fut>(&mut self, key: Key, work: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = Finished> + Send + 'static,
+    {
+        let cancel = CancellationToken::new();
+        let work = work(cancel.clone());
+        let abort = self.tasks.spawn(async move { (key, work.await) });
+        self.task_keys.insert(abort.id(), key);
+        self.running.insert(key, Task { abort, cancel });
+    }
+
+    /// Carries out what the machine decided, and counts and logs its notes.
+    fn act(&mut self) {
+        for action in self.machine.take_actions() {
+            match action {
+                Action::Gate(GateAction::Pause { part, reason }) => {
+                    metrics::paused();
+                    tracing::debug!(?part, ?reason, "pausing the partition");
+                    self.set_paused(part, true);
+                }
+                Action::Gate(GateAction::Resume(part)) => self.set_paused(part, false),
+                Action::Gate(GateAction::Rewind {
+                    part,
+                    offset,
+                    generation,
+                }) => self.ask_rewind(part, offset, generation),
+                Action::Attempt {
+                    key,
+                    delivery,
+                    target,
+                } => {
+                    let ctx = Arc::clone(&self.ctx);
+                    self.spawn(key, move |token| {
+                        attempt::run(ctx, *delivery, target, token)
+                    });
+                }
+            }
+        }
+        for note in self.machine.take_notes() {
+            emit(note);
+        }
+    }
+
+    fn ask_rewind(&self, part: Part, offset: i64, generation: u64) {
+        let input = usize::from(part.input);
+        tracing::debug!(
+            ?part,
+            offset,
+            "head not due; pausing the partition until it is"
+        );
+        let command = Command::Rewind {
+            partition: (self.topics[input].clone(), part.partition),
+            offset,
+            generation,
+            epoch: self.epochs[input],
+        };
+        if self.commands[input].send(command).is_err() {
+            tracing::debug!(?part, "poller gone; not rewinding");
+        }
+    }
+
+    fn set_paused(&self, part: Part, pause: bool) {
+        let input = usize::from(part.input);
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.topics[input], part.partition);
+        let consumer = &self.consumers[input];
+        let result = if pause {
+            consumer.pause(&tpl)
+        } else {
+            consumer.resume(&tpl)
+        };
+        if let Err(error) = result {
+            tracing::warn!(?part, pause, %error, "cannot pause/resume a partition");
+        }
+    }
+
+    fn on_done(&mut self, done: Result<(Id, (Key, Finished)), JoinError>) {
+        match done {
+            Ok((id, (key, finished))) => {
+                self.task_keys.remove(&id);
+                self.running.remove(&key);
+                self.machine.complete(key, finished);
+            }
+            Err(e) => {
+                let Some(key) = self.task_keys.remove(&e.id()) else {
+                    return;
+                };
+                self.running.remove(&key);
+                if e.is_panic() {
+                    self.machine
+                        .panicked(key, SystemTime::now(), &Subs(&self.subs));
+                } else {
+                    self.machine.complete(key, Finished::Abandoned);
+                }
+            }
+        }
+    }
+
+    fn on_tick(&mut self) {
+        self.health.beat(LOOP);
+        self.store(None);
+        self.machine.on_tick();
+        self.ticks += 1;
+        if self.ticks % GAUGE_TICKS == 0 {
+            self.gauges();
+            self.publish_held();
+        }
+    }
+
+    /// Stores the watermarks of `only` (every partition when `None`).
+    fn store(&mut self, only: Option<&[Part]>) {
+        let topics = &self.topics;
+        self.machine.offsets_mut().store(
+            &self.consumers,
+            |p| topics[usize::from(p.input)].clone(),
+            only,
+        );
+    }
+}
+
+/// Counts and logs one note of the machine.
+fn emit(note: Note) {
+    match note {
+        Note::NotAssigned(part, offset) => {
+            tracing::warn!(
+                ?part,
+                offset,
+                "skipping a record of a partition not assigned here"
+            )
+        }
+        Note::AlreadyTracked(part, offset) => {
+            tracing::warn!(?part, offset, "skipping a record already tracked")
+        }
+        Note::LanesRefused(error) => {
+            tracing::error!(%error, "lanes refused a record or a completion")
+        }
+        Note::WatermarkRefused(part, offset, error) => {
+            tracing::error!(?part, offset, %error, "watermark refused a finish")
+        }
+        Note::Cancelled {
+            delivery_id,
+            subscription_id,
+        } => {
+            metrics::cancelled();
+            tracing::info!(%delivery_id, %subscription_id, "subscription disabled or deleted; delivery cancelled");
+        }
+        Note::Panicked(key) => {
+            tracing::error!(?key, "attempt task panicked; the delivery is queued again")
+        }
+        Note::RetryLate { label, late } => metrics::retry_lateness(label, late),
+    }
+}
+
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}

@@ -1,0 +1,494 @@
+//! The delivery engine's decisions, as a state machine with no I/O: records,
+//! completions, due times, assignments and revocations go in with `now`;
+//! actions (start an attempt, write to quarantine, pause/resume/rewind a
+//! partition) and notes (what to count and log) come out. The engine
+//! (`engine/`) carries them out against Kafka and tokio; the tests
+//! (`tests.rs`, `gate_tests.rs`) drive it without a broker.
+//!
+//! Guarantees:
+//! - at least once: an offset is finished only after an attempt reports its
+//!   outcome durable, a cancellation, or a durable quarantine write; a panicked
+//!   attempt is queued again, never finished;
+//! - never early: a retry-tier record is queued only once `now ≥ due_at`; a head
+//!   not yet due holds its partition (`Hold::NotDue`) and rewinds it, and what
+//!   was fetched before the rewind is dropped, to be fetched again;
+//! - bounded memory: a partition whose buffer share is full is held
+//!   (`Hold::Buffer`) until the lanes report it drained; one with too many
+//!   quarantine writes pending likewise (`Hold::Quarantine`);
+//! - fairness: `hookline_core::Lanes` decides what starts;
+//! - revoke: a revoked partition's queued records are dropped (not finished),
+//!   its holds forgotten; its in-flight attempts may still complete.
+
+mod gate;
+mod start;
+
+#[cfg(test)]
+mod gate_tests;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use hookline_core::{
+    head_decision, Flow, HeadDecision, Job, LaneKey, LaneLimits, LaneSettings, Lanes, Started,
+};
+use hookline_envelope::{decode_value, Delivery, Unusable};
+
+use gate::Gate;
+pub(crate) use gate::GateAction;
+#[cfg(test)]
+pub(crate) use gate::Hold;
+
+use crate::{
+    attempt::{Finished, Target},
+    offsets::Offsets,
+    part::{Input, Key, Part},
+    quarantine, DispatcherError,
+};
+
+/// What the machine needs to know of the subscriptions, read when it decides.
+pub(crate) trait Directory {
+    /// The lane settings of a subscription (unknown: one in flight, no rate).
+    fn settings(&self, subscription_id: &str) -> LaneSettings;
+    /// Where to send `delivery` now; `None` when its subscription is deleted,
+    /// disabled, or no longer the delivery's tenant's.
+    fn target(&self, delivery: &Delivery) -> Option<Target>;
+}
+
+/// What the adapter must do.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Pause, resume or rewind a partition.
+    Gate(GateAction),
+    /// Attempt `delivery` at `target`; report with [`Machine::complete`].
+    Attempt {
+        key: Key,
+        delivery: Box<Delivery>,
+        target: Target,
+    },
+}
+
+/// What the adapter must count and log (each is one event).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Note {
+    /// A record of a partition not assigned here (dropped; its owner reads it).
+    NotAssigned(Part, i64),
+    /// A record whose offset is already tracked (dropped).
+    AlreadyTracked(Part, i64),
+    /// The lanes refused a record or a completion (a bug: the record stays unfinished).
+    LanesRefused(String),
+    /// The watermark refused a finish (a bug: the committed offset waits).
+    WatermarkRefused(Part, i64, String),
+    /// A delivery whose subscription is disabled or deleted was completed as cancelled.
+    Cancelled {
+        delivery_id: String,
+        subscription_id: String,
+    },
+    /// An attempt's task panicked; its delivery is queued again.
+    Panicked(Key),
+    /// A retry started this late after it was due.
+    RetryLate { label: &'static str, late: Duration },
+}
+
+/// What became of a fetched record.
+#[derive(Debug)]
+pub(crate) enum Intake {
+    /// Queued in the lanes.
+    Queued,
+    /// Dropped: fetched before a rewind (fetched again), or see the notes.
+    Dropped,
+    /// A tier head not yet due: its partition is held and rewound.
+    NotDue,
+    /// Not a `Delivery`: write it to quarantine, then [`Machine::complete`] `key`.
+    Quarantine(Unusable),
+}
+
+/// A buffered record not yet started.
+#[derive(Debug)]
+struct Queued {
+    delivery: Delivery,
+    ready_since: SystemTime,
+}
+
+/// Work in flight.
+#[derive(Debug)]
+enum Running {
+    /// An attempt the lanes started; the delivery is kept to queue it again if
+    /// the attempt's task dies.
+    Attempt {
+        started: Started<Part>,
+        delivery: Box<Delivery>,
+        ready_since: SystemTime,
+    },
+    /// The quarantine write of a record that is not a `Delivery`.
+    Quarantine,
+}
+
+/// Counts for the gauges.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct InputCounts {
+    /// Ready or due and not finished: queued, in flight, or a head past due.
+    pub waiting: usize,
+    /// Partitions held until their head is due.
+    pub not_due: usize,
+    /// The oldest ready-since time among them.
+    pub oldest_ready: Option<SystemTime>,
+}
+
+/// The engine's state, without I/O.
+#[derive(Debug)]
+pub(crate) struct Machine {
+    inputs: Vec<Input>,
+    lanes: Lanes<Part>,
+    offsets: Offsets,
+    gate: Gate,
+    queued: HashMap<Key, Queued>,
+    running: HashMap<Key, Running>,
+    actions: Vec<Action>,
+    notes: Vec<Note>,
+}
+
+impl Machine {
+    pub(crate) fn new(inputs: Vec<Input>, limits: LaneLimits) -> Result<Self, DispatcherError> {
+        Ok(Self {
+            inputs,
+            lanes: Lanes::new(limits)?,
+            offsets: Offsets::default(),
+            gate: Gate::new(quarantine::PARTITION_PENDING_CAP),
+            queued: HashMap::new(),
+            running: HashMap::new(),
+            actions: Vec::new(),
+            notes: Vec::new(),
+        })
+    }
+
+    pub(crate) fn inputs(&self) -> &[Input] {
+        &self.inputs
+    }
+
+    /// The partition of `input`'s topic, if it is one of ours.
+    pub(crate) fn part(&self, topic: &str, partition: i32) -> Option<Part> {
+        let input = self.inputs.iter().position(|i| i.topic == topic)?;
+        Some(Part {
+            input: u16::try_from(input).ok()?,
+            partition,
+        })
+    }
+
+    /// The actions decided since the last call, in order.
+    pub(crate) fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// The notes since the last call, in order.
+    pub(crate) fn take_notes(&mut self) -> Vec<Note> {
+        std::mem::take(&mut self.notes)
+    }
+
+    pub(crate) fn offsets_mut(&mut self) -> &mut Offsets {
+        &mut self.offsets
+    }
+
+    /// Partitions (re)assigned: read afresh from their committed offsets.
+    pub(crate) fn assign(&mut self, parts: &[Part]) {
+        let mut out = Vec::new();
+        for part in parts {
+            self.offsets.assign(*part);
+            self.gate.assign(*part, &mut out);
+        }
+        self.gate_actions(out);
+    }
+
+    /// One fetched record of `part` at `offset` (`payload` is its value).
+    pub(crate) fn on_record(
+        &mut self,
+        part: Part,
+        offset: i64,
+        payload: Option<&[u8]>,
+        now: SystemTime,
+        dir: &impl Directory,
+    ) -> Intake {
+        if !self.gate.is_assigned(part) {
+            self.notes.push(Note::NotAssigned(part, offset));
+            return Intake::Dropped;
+        }
+        if self.gate.is_rewinding(part) {
+            // Fetched before the seek back to a head not yet due; fetched again.
+            return Intake::Dropped;
+        }
+        if self.offsets.track(part, offset).is_err() {
+            self.notes.push(Note::AlreadyTracked(part, offset));
+            return Intake::Dropped;
+        }
+        let delivery: Delivery = match decode_value(payload) {
+            Ok(d) => d,
+            Err(unusable) => {
+                self.running.insert((part, offset), Running::Quarantine);
+                let mut out = Vec::new();
+                self.gate.quarantine_started(part, &mut out);
+                self.gate_actions(out);
+                return Intake::Quarantine(unusable);
+            }
+        };
+        let retry = self.inputs[usize::from(part.input)].retry;
+        if retry {
+            if let HeadDecision::Wait { until } = head_decision(millis(delivery.due_at), now) {
+                // Forget it and what follows: they are fetched and tracked again.
+                self.offsets.reset_to(part, offset);
+                let mut out = Vec::new();
+                self.gate.hold_until(part, offset, until, &mut out);
+                self.gate_actions(out);
+                return Intake::NotDue;
+            }
+        }
+        let ready_since = millis(delivery.due_at.max(delivery.created_at));
+        self.queue((part, offset), delivery, ready_since, now, dir);
+        Intake::Queued
+    }
+
+    fn queue(
+        &mut self,
+        key: Key,
+        delivery: Delivery,
+        ready_since: SystemTime,
+        now: SystemTime,
+        dir: &impl Directory,
+    ) {
+        let (part, offset) = key;
+        let job = Job {
+            partition: part,
+            offset,
+            lane: LaneKey {
+                subscription_id: delivery.subscription_id.clone(),
+            },
+            tenant_id: delivery.tenant_id.clone(),
+            retry: self.inputs[usize::from(part.input)].retry,
+            bytes: delivery.payload.len(),
+        };
+        let settings = dir.settings(&delivery.subscription_id);
+        match self.lanes.push_with(job, settings, now) {
+            Ok(flow) => {
+                self.queued.insert(
+                    key,
+                    Queued {
+                        delivery,
+                        ready_since,
+                    },
+                );
+                if flow == Flow::Pause {
+                    let mut out = Vec::new();
+                    self.gate.hold_buffer(part, &mut out);
+                    self.gate_actions(out);
+                }
+            }
+            // Unreachable: the watermark refused duplicates already.
+            Err(error) => self.notes.push(Note::LanesRefused(error.to_string())),
+        }
+    }
+
+    /// Work of `key` ended: an attempt or a quarantine write. A key no longer
+    /// running (abandoned by a revoke or a drain) is ignored.
+    pub(crate) fn complete(&mut self, key: Key, finished: Finished) {
+        let Some(run) = self.running.remove(&key) else {
+            return;
+        };
+        self.release(key, &run);
+        if finished == Finished::Durable {
+            self.finish(key);
+        }
+    }
+
+    /// The task of `key` panicked: an attempt is queued again (its offset stays
+    /// unfinished until one ends durably); a quarantine write stays unfinished.
+    pub(crate) fn panicked(&mut self, key: Key, now: SystemTime, dir: &impl Directory) {
+        let Some(run) = self.running.remove(&key) else {
+            return;
+        };
+        self.notes.push(Note::Panicked(key));
+        self.release(key, &run);
+        if let Running::Attempt {
+            delivery,
+            ready_since,
+            ..
+        } = run
+        {
+            if self.gate.is_assigned(key.0) {
+                self.queue(key, *delivery, ready_since, now, dir);
+            }
+        }
+    }
+
+    fn release(&mut self, key: Key, run: &Running) {
+        match run {
+            Running::Attempt { started, .. } => {
+                if let Err(error) = self.lanes.complete(started) {
+                    self.notes.push(Note::LanesRefused(error.to_string()));
+                }
+            }
+            Running::Quarantine => {
+                let mut out = Vec::new();
+                self.gate.quarantine_ended(key.0, &mut out);
+                self.gate_actions(out);
+            }
+        }
+    }
+
+    fn finish(&mut self, (part, offset): Key) {
+        if let Err(error) = self.offsets.finish(part, offset) {
+            self.notes
+                .push(Note::WatermarkRefused(part, offset, error.to_string()));
+        }
+    }
+
+    /// The poller answered a rewind.
+    pub(crate) fn rewound(&mut self, part: Part, generation: u64, done: bool) {
+        let mut out = Vec::new();
+        self.gate.rewound(part, generation, done, &mut out);
+        self.gate_actions(out);
+    }
+
+    /// Releases the heads due at `now`.
+    pub(crate) fn on_due(&mut self, now: SystemTime) {
+        let mut out = Vec::new();
+        self.gate.due(now, &mut out);
+        self.gate_actions(out);
+    }
+
+    /// Periodic: releases partitions the lanes drained, asks again for refused rewinds.
+    pub(crate) fn on_tick(&mut self) {
+        let mut out = Vec::new();
+        for part in self.lanes.take_resumable() {
+            self.gate.release_buffer(part, &mut out);
+        }
+        self.gate.retry_rewinds(&mut out);
+        self.gate_actions(out);
+    }
+
+    /// When to call [`on_due`](Self::on_due) or [`start_ready`](Self::start_ready)
+    /// next: a head falls due, or a rate-limited lane may start.
+    pub(crate) fn next_wakeup(&self) -> Option<SystemTime> {
+        match (self.gate.next_wakeup(), self.lanes.next_rate_wakeup()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Partitions revoked: their queued records are dropped (unfinished) and
+    /// their holds forgotten. Returns how many were dropped. Their running work
+    /// may still complete; [`abandon`](Self::abandon) what does not, then store,
+    /// commit and [`forget`](Self::forget) them.
+    pub(crate) fn revoke(&mut self, parts: &[Part]) -> usize {
+        let mut dropped = 0;
+        for part in parts {
+            for offset in self.lanes.drop_partition(part) {
+                self.queued.remove(&(*part, offset));
+                dropped += 1;
+            }
+            self.gate.revoke(*part);
+        }
+        dropped
+    }
+
+    /// Whether work matching `which` is running.
+    pub(crate) fn is_running(&self, which: impl Fn(&Key) -> bool) -> bool {
+        self.running.keys().any(which)
+    }
+
+    pub(crate) fn running_attempts(&self) -> usize {
+        self.running
+            .values()
+            .filter(|r| matches!(r, Running::Attempt { .. }))
+            .count()
+    }
+
+    pub(crate) fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Gives up on running work matching `which`: its offsets stay unfinished
+    /// (re-attempted by whoever reads them next). Returns the keys, for the
+    /// adapter to cancel.
+    pub(crate) fn abandon(&mut self, which: impl Fn(&Key) -> bool) -> Vec<Key> {
+        let mut keys: Vec<Key> = self.running.keys().copied().filter(|k| which(k)).collect();
+        keys.sort();
+        for key in &keys {
+            if let Some(run) = self.running.remove(key) {
+                self.release(*key, &run);
+            }
+        }
+        keys
+    }
+
+    /// Forgets revoked partitions' offsets, after their final store and commit.
+    pub(crate) fn forget(&mut self, parts: &[Part]) {
+        self.offsets.forget(parts);
+    }
+
+    /// Shutdown: drops every queued record (unfinished). Returns how many.
+    pub(crate) fn drop_queued(&mut self) -> usize {
+        let mut parts: Vec<Part> = self.queued.keys().map(|(p, _)| *p).collect();
+        parts.sort();
+        parts.dedup();
+        for part in &parts {
+            self.lanes.drop_partition(part);
+        }
+        let dropped = self.queued.len();
+        self.queued.clear();
+        dropped
+    }
+
+    /// Held partitions (any reason), ascending.
+    pub(crate) fn held(&self) -> impl Iterator<Item = Part> + '_ {
+        self.gate.held()
+    }
+
+    /// Per input (indexed like the inputs), what waits and since when.
+    pub(crate) fn counts(&self, now: SystemTime) -> Vec<InputCounts> {
+        let mut counts = vec![InputCounts::default(); self.inputs.len()];
+        let earlier = |slot: &mut Option<SystemTime>, t: SystemTime| {
+            if slot.is_none_or(|o| t < o) {
+                *slot = Some(t);
+            }
+        };
+        for ((part, _), q) in &self.queued {
+            let c = &mut counts[usize::from(part.input)];
+            earlier(&mut c.oldest_ready, q.ready_since);
+            c.waiting += 1;
+        }
+        for (part, _) in self.running.keys() {
+            counts[usize::from(part.input)].waiting += 1;
+        }
+        // A held head past its due time is ready but unattempted too: this is
+        // where a stalled scheduler shows.
+        for (part, until) in self.gate.not_due() {
+            let c = &mut counts[usize::from(part.input)];
+            c.not_due += 1;
+            c.waiting += 1;
+            if until <= now {
+                earlier(&mut c.oldest_ready, until);
+            }
+        }
+        counts
+    }
+
+    pub(crate) fn lanes(&self) -> &Lanes<Part> {
+        &self.lanes
+    }
+
+    fn gate_actions(&mut self, out: Vec<GateAction>) {
+        self.actions.extend(out.into_iter().map(Action::Gate));
+    }
+
+    #[cfg(test)]
+    fn gate(&self) -> &Gate {
+        &self.gate
+    }
+}
+
+/// Epoch milliseconds as a time (negative as the epoch).
+fn millis(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms.max(0).unsigned_abs())
+}

@@ -1,0 +1,54 @@
+//! Starting what the lanes allow: each started record is attempted at its
+//! subscription as it is *now*, or completed as cancelled when that
+//! subscription is deleted, disabled, or belongs to another tenant.
+
+use std::time::SystemTime;
+
+use super::{Action, Directory, Machine, Note, Running};
+
+impl Machine {
+    /// Starts every record the lanes allow at `now`.
+    pub(crate) fn start_ready(&mut self, now: SystemTime, dir: &impl Directory) {
+        while let Some(started) = self.lanes.pop_ready_at(now) {
+            let key = (started.job.partition, started.job.offset);
+            let Some(queued) = self.queued.remove(&key) else {
+                self.notes.push(Note::LanesRefused(format!(
+                    "started {key:?}, which is not queued"
+                )));
+                let _ = self.lanes.complete(&started);
+                continue;
+            };
+            let input = &self.inputs[usize::from(key.0.input)];
+            if input.retry {
+                let late = now.duration_since(queued.ready_since).unwrap_or_default();
+                self.notes.push(Note::RetryLate {
+                    label: input.label,
+                    late,
+                });
+            }
+            let delivery = Box::new(queued.delivery);
+            let Some(target) = dir.target(&delivery) else {
+                self.notes.push(Note::Cancelled {
+                    delivery_id: delivery.delivery_id.clone(),
+                    subscription_id: delivery.subscription_id.clone(),
+                });
+                let _ = self.lanes.complete(&started);
+                self.finish(key);
+                continue;
+            };
+            self.running.insert(
+                key,
+                Running::Attempt {
+                    started,
+                    delivery: delivery.clone(),
+                    ready_since: queued.ready_since,
+                },
+            );
+            self.actions.push(Action::Attempt {
+                key,
+                delivery,
+                target,
+            });
+        }
+    }
+}

@@ -1,0 +1,484 @@
+//! The machine without a broker: what starts, what is finished, what is held
+//! and released, across rewinds, revokes mid-flight, quarantine writes,
+//! cancellations and panicked attempts. Time is an argument throughout.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use hookline_core::{LaneLimits, LaneSettings};
+use hookline_envelope::{encode, Delivery};
+
+use super::{Action, Directory, GateAction, Hold, Intake, Machine, Note};
+use crate::{
+    attempt::{Finished, Target},
+    part::{Input, Key, Part},
+    quarantine::PARTITION_PENDING_CAP,
+};
+
+/// A partition of `deliveries` and one of the tier.
+const D: Part = Part {
+    input: 0,
+    partition: 0,
+};
+const R: Part = Part {
+    input: 1,
+    partition: 2,
+};
+
+fn t(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_millis(ms)
+}
+
+fn epoch_ms(t: SystemTime) -> i64 {
+    i64::try_from(t.duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap()
+}
+
+/// Subscriptions: max in flight, enabled.
+#[derive(Default)]
+struct Dir(HashMap<String, (u32, bool)>);
+
+impl Dir {
+    fn with(subs: &[(&str, u32, bool)]) -> Self {
+        Self(
+            subs.iter()
+                .map(|(id, max, enabled)| ((*id).to_owned(), (*max, *enabled)))
+                .collect(),
+        )
+    }
+}
+
+impl Directory for Dir {
+    fn settings(&self, subscription_id: &str) -> LaneSettings {
+        LaneSettings::unlimited_rate(self.0.get(subscription_id).map_or(1, |s| s.0))
+    }
+
+    fn target(&self, d: &Delivery) -> Option<Target> {
+        let (_, enabled) = self.0.get(&d.subscription_id)?;
+        enabled.then(|| Target {
+            url: format!("https://example.test/{}", d.subscription_id),
+            secret_ref: "secret".into(),
+        })
+    }
+}
+
+fn machine(partition_records: usize) -> Machine {
+    let inputs = vec![
+        Input {
+            topic: "deliveries".into(),
+            label: "deliveries",
+            retry: false,
+        },
+        Input {
+            topic: "retry-10s".into(),
+            label: "retry-10s",
+            retry: true,
+        },
+    ];
+    let limits = LaneLimits {
+        global_in_flight: 64,
+        tenant_in_flight: 64,
+        retry_share_percent: 50,
+        partition_records,
+        partition_bytes: 1 << 20,
+        total_records: 10_000,
+        total_bytes: 1 << 30,
+    };
+    let mut m = Machine::new(inputs, limits).expect("valid limits");
+    m.assign(&[D, R]);
+    let resumed = gates(&mut m);
+    assert_eq!(resumed, vec![GateAction::Resume(D), GateAction::Resume(R)]);
+    m
+}
+
+fn delivery(subscription: &str, due: SystemTime) -> Vec<u8> {
+    encode(&Delivery {
+        delivery_id: format!("d-{subscription}-{}", epoch_ms(due)),
+        event_id: "e".into(),
+        tenant_id: "t".into(),
+        subscription_id: subscription.into(),
+        event_type: "order.created".into(),
+        occurred_at: epoch_ms(t(0)),
+        content_type: "application/json".into(),
+        payload: b"{}".to_vec(),
+        attributes: Default::default(),
+        attempt: 0,
+        created_at: epoch_ms(t(0)),
+        due_at: epoch_ms(due),
+        first_attempt_at: None,
+        last_attempt_at: None,
+        last_outcome: None,
+        policy_version: None,
+        replay_of: None,
+    })
+}
+
+fn gates(m: &mut Machine) -> Vec<GateAction> {
+    m.take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Gate(g) => Some(g),
+            Action::Attempt { .. } => None,
+        })
+        .collect()
+}
+
+/// Starts what may start at `now`; returns the attempted keys (gate actions are dropped).
+fn start(m: &mut Machine, now: SystemTime, dir: &Dir) -> Vec<Key> {
+    m.start_ready(now, dir);
+    m.take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Attempt { key, .. } => Some(key),
+            Action::Gate(_) => None,
+        })
+        .collect()
+}
+
+fn push(
+    m: &mut Machine,
+    part: Part,
+    offset: i64,
+    payload: &[u8],
+    now: SystemTime,
+    dir: &Dir,
+) -> Intake {
+    m.on_record(part, offset, Some(payload), now, dir)
+}
+
+#[test]
+fn offset_is_finished_only_when_the_attempt_is_durable() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = machine(100);
+    for offset in 0..3 {
+        assert!(matches!(
+            push(&mut m, D, offset, &delivery("s", t(0)), t(0), &dir),
+            Intake::Queued
+        ));
+    }
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 0)], "max_in_flight 1");
+    assert_eq!(m.offsets_mut().committable(D), Some(0));
+    m.complete((D, 0), Finished::Abandoned);
+    assert_eq!(
+        m.offsets_mut().committable(D),
+        Some(0),
+        "an abandoned attempt finished its offset"
+    );
+    // Abandoned: the record stays unfinished; the lanes start the next one.
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 1)]);
+    m.complete((D, 1), Finished::Durable);
+    assert_eq!(
+        m.offsets_mut().committable(D),
+        Some(0),
+        "passed an unfinished record"
+    );
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 2)]);
+    m.complete((D, 2), Finished::Durable);
+    assert_eq!(m.offsets_mut().committable(D), Some(0));
+    assert!(m.take_notes().is_empty());
+}
+
+#[test]
+fn full_buffer_holds_the_partition_until_the_lanes_drain_below_half() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = machine(4);
+    for offset in 0..6 {
+        push(&mut m, D, offset, &delivery("s", t(0)), t(0), &dir);
+    }
+    assert_eq!(
+        gates(&mut m),
+        vec![GateAction::Pause {
+            part: D,
+            reason: Hold::Buffer
+        }],
+        "one pause for a full buffer"
+    );
+    let mut resumed_at = None;
+    for offset in 0..6 {
+        assert_eq!(start(&mut m, t(0), &dir), vec![(D, offset)]);
+        m.complete((D, offset), Finished::Durable);
+        m.on_tick();
+        let actions = gates(&mut m);
+        let buffered = m.lanes().partition_buffered(&D).0;
+        if actions.contains(&GateAction::Resume(D)) {
+            assert!(
+                buffered <= 2,
+                "resumed with {buffered} buffered (low water 2)"
+            );
+            assert!(resumed_at.is_none(), "resumed twice");
+            resumed_at = Some(offset);
+        } else if resumed_at.is_none() {
+            assert!(buffered > 2, "not resumed at {buffered} buffered");
+            assert!(m.gate().holds(D, Hold::Buffer));
+        }
+    }
+    assert!(resumed_at.is_some());
+    assert_eq!(m.offsets_mut().committable(D), Some(6));
+}
+
+#[test]
+fn tier_head_not_due_is_rewound_and_released_at_its_due_time() {
+    let dir = Dir::with(&[("s", 4, true)]);
+    let mut m = machine(100);
+    let due = t(10_000);
+    assert!(matches!(
+        push(&mut m, R, 5, &delivery("s", due), t(0), &dir),
+        Intake::NotDue
+    ));
+    let generation = match gates(&mut m)[..] {
+        [GateAction::Rewind {
+            part: R,
+            offset: 5,
+            generation,
+        }] => generation,
+        ref other => panic!("expected a rewind to 5: {other:?}"),
+    };
+    // Fetched before the seek: dropped, fetched again later.
+    assert!(matches!(
+        push(&mut m, R, 6, &delivery("s", t(0)), t(1), &dir),
+        Intake::Dropped
+    ));
+    assert!(
+        start(&mut m, t(1), &dir).is_empty(),
+        "attempted a record fetched before the rewind"
+    );
+    assert!(
+        m.offsets_mut().committable(R).is_none_or(|c| c <= 5),
+        "the committed offset passed the head not yet due"
+    );
+    m.rewound(R, generation, true);
+    assert!(gates(&mut m).is_empty(), "resumed before the head is due");
+    assert_eq!(m.next_wakeup(), Some(due));
+    m.on_due(t(9_999));
+    assert!(gates(&mut m).is_empty(), "resumed early");
+    m.on_due(due);
+    assert_eq!(gates(&mut m), vec![GateAction::Resume(R)]);
+    assert!(matches!(
+        push(&mut m, R, 5, &delivery("s", due), due, &dir),
+        Intake::Queued
+    ));
+    assert_eq!(start(&mut m, due, &dir), vec![(R, 5)]);
+    let notes = m.take_notes();
+    assert_eq!(
+        notes,
+        vec![Note::RetryLate {
+            label: "retry-10s",
+            late: Duration::ZERO
+        }]
+    );
+}
+
+#[test]
+fn quarantine_writes_hold_the_partition_from_the_cap_to_half() {
+    let dir = Dir::default();
+    let mut m = machine(1_000);
+    let cap = i64::try_from(PARTITION_PENDING_CAP).unwrap();
+    for offset in 0..cap {
+        assert!(matches!(
+            m.on_record(D, offset, Some(b"not avro"), t(0), &dir),
+            Intake::Quarantine(_)
+        ));
+    }
+    assert_eq!(
+        gates(&mut m),
+        vec![GateAction::Pause {
+            part: D,
+            reason: Hold::Quarantine
+        }]
+    );
+    for offset in 0..cap {
+        m.complete((D, offset), Finished::Durable);
+        let actions = gates(&mut m);
+        let pending = cap - offset - 1;
+        if pending == cap / 2 {
+            assert_eq!(actions, vec![GateAction::Resume(D)], "at half");
+        } else {
+            assert!(actions.is_empty(), "{pending} pending: {actions:?}");
+        }
+    }
+    assert_eq!(m.offsets_mut().committable(D), Some(cap));
+}
+
+#[test]
+fn buffer_and_quarantine_release_only_together() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = machine(2);
+    let cap = i64::try_from(PARTITION_PENDING_CAP).unwrap();
+    for offset in 0..cap {
+        m.on_record(D, offset, Some(b"junk"), t(0), &dir);
+    }
+    push(&mut m, D, cap, &delivery("s", t(0)), t(0), &dir);
+    push(&mut m, D, cap + 1, &delivery("s", t(0)), t(0), &dir);
+    let held = gates(&mut m);
+    assert_eq!(held.len(), 1, "paused once for two reasons: {held:?}");
+    assert!(m.gate().holds(D, Hold::Buffer) && m.gate().holds(D, Hold::Quarantine));
+    for offset in 0..cap {
+        m.complete((D, offset), Finished::Durable);
+    }
+    assert!(
+        gates(&mut m).is_empty(),
+        "quarantine released while the buffer is full"
+    );
+    for offset in [cap, cap + 1] {
+        assert_eq!(start(&mut m, t(0), &dir), vec![(D, offset)]);
+        m.complete((D, offset), Finished::Durable);
+    }
+    m.on_tick();
+    assert_eq!(gates(&mut m), vec![GateAction::Resume(D)]);
+}
+
+#[test]
+fn revoke_mid_flight_drops_queued_and_never_resumes_the_partition() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = machine(2);
+    for offset in 0..4 {
+        push(&mut m, D, offset, &delivery("s", t(0)), t(0), &dir);
+    }
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 0)]);
+    gates(&mut m);
+    assert_eq!(m.revoke(&[D]), 3, "three queued records dropped");
+    assert!(
+        m.is_running(|k| k.0 == D),
+        "the attempt in flight is still ours to wait for"
+    );
+    // The attempt in flight may still finish; the lanes let nothing else start.
+    m.complete((D, 0), Finished::Durable);
+    m.on_tick();
+    m.on_due(t(100_000));
+    assert!(start(&mut m, t(0), &dir).is_empty());
+    assert!(gates(&mut m).is_empty(), "a revoked partition was resumed");
+    assert_eq!(
+        m.offsets_mut().committable(D),
+        Some(1),
+        "the finished attempt is stored on revoke"
+    );
+    m.forget(&[D]);
+    assert!(matches!(
+        push(&mut m, D, 4, &delivery("s", t(0)), t(0), &dir),
+        Intake::Dropped
+    ));
+    assert_eq!(m.take_notes(), vec![Note::NotAssigned(D, 4)]);
+}
+
+#[test]
+fn abandoned_work_is_released_and_a_late_completion_ignored() {
+    let dir = Dir::with(&[("s", 2, true)]);
+    let mut m = machine(100);
+    push(&mut m, D, 0, &delivery("s", t(0)), t(0), &dir);
+    m.on_record(D, 1, Some(b"junk"), t(0), &dir);
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 0)]);
+    m.revoke(&[D]);
+    assert_eq!(m.abandon(|k| k.0 == D), vec![(D, 0), (D, 1)]);
+    assert!(!m.is_running(|_| true));
+    m.complete((D, 0), Finished::Durable);
+    assert_eq!(
+        m.offsets_mut().committable(D),
+        Some(0),
+        "a completion after abandon finished"
+    );
+    assert!(m.take_notes().is_empty(), "{:?}", m.take_notes());
+    assert_eq!(
+        m.lanes().in_flight(),
+        0,
+        "the lanes still count the abandoned attempt"
+    );
+}
+
+#[test]
+fn disabled_or_deleted_subscription_is_cancelled_and_finished() {
+    let dir = Dir::with(&[("off", 1, false)]);
+    let mut m = machine(100);
+    push(&mut m, D, 0, &delivery("off", t(0)), t(0), &dir);
+    push(&mut m, D, 1, &delivery("gone", t(0)), t(0), &dir);
+    assert!(
+        start(&mut m, t(0), &dir).is_empty(),
+        "attempted a cancelled delivery"
+    );
+    let cancelled: Vec<String> = m
+        .take_notes()
+        .into_iter()
+        .filter_map(|n| match n {
+            Note::Cancelled {
+                subscription_id, ..
+            } => Some(subscription_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(cancelled, vec!["off".to_owned(), "gone".to_owned()]);
+    assert_eq!(m.offsets_mut().committable(D), Some(2));
+}
+
+#[test]
+fn panicked_attempt_is_queued_again_and_not_finished() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = machine(100);
+    push(&mut m, D, 0, &delivery("s", t(0)), t(0), &dir);
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 0)]);
+    m.panicked((D, 0), t(1), &dir);
+    assert_eq!(m.take_notes(), vec![Note::Panicked((D, 0))]);
+    assert_eq!(m.offsets_mut().committable(D), Some(0));
+    assert_eq!(
+        start(&mut m, t(1), &dir),
+        vec![(D, 0)],
+        "not attempted again"
+    );
+    m.complete((D, 0), Finished::Durable);
+    assert_eq!(m.offsets_mut().committable(D), Some(1));
+}
+
+#[test]
+fn duplicate_offset_is_dropped_and_noted() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = machine(100);
+    push(&mut m, D, 0, &delivery("s", t(0)), t(0), &dir);
+    assert!(matches!(
+        push(&mut m, D, 0, &delivery("s", t(0)), t(0), &dir),
+        Intake::Dropped
+    ));
+    assert_eq!(m.take_notes(), vec![Note::AlreadyTracked(D, 0)]);
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 0)]);
+    assert!(start(&mut m, t(0), &dir).is_empty(), "attempted twice");
+}
+
+#[test]
+fn reassignment_releases_every_hold_and_reads_afresh() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = machine(1);
+    push(&mut m, R, 0, &delivery("s", t(5_000)), t(0), &dir);
+    gates(&mut m);
+    m.revoke(&[R]);
+    m.forget(&[R]);
+    m.assign(&[R]);
+    assert_eq!(gates(&mut m), vec![GateAction::Resume(R)]);
+    assert_eq!(
+        m.next_wakeup(),
+        None,
+        "the old due time survived the rebalance"
+    );
+    assert!(matches!(
+        push(&mut m, R, 0, &delivery("s", t(0)), t(1), &dir),
+        Intake::Queued
+    ));
+}
+
+#[test]
+fn waiting_counts_include_a_head_past_due() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = machine(100);
+    push(&mut m, D, 0, &delivery("s", t(0)), t(0), &dir);
+    push(&mut m, D, 1, &delivery("s", t(0)), t(0), &dir);
+    start(&mut m, t(0), &dir);
+    push(&mut m, R, 0, &delivery("s", t(1_000)), t(0), &dir);
+    let counts = m.counts(t(2_000));
+    assert_eq!(counts[0].waiting, 2, "one queued, one in flight");
+    assert_eq!(counts[0].oldest_ready, Some(t(0)));
+    assert_eq!(counts[1].not_due, 1);
+    assert_eq!(counts[1].waiting, 1);
+    assert_eq!(
+        counts[1].oldest_ready,
+        Some(t(1_000)),
+        "a head past due is ready"
+    );
+    assert_eq!(m.running_attempts(), 1);
+}
