@@ -10,6 +10,7 @@ mod attempt;
 pub mod config;
 mod consumer;
 mod engine;
+mod events;
 mod metrics;
 mod offsets;
 mod outcome;
@@ -287,10 +288,15 @@ async fn dispatch(
     futures::future::join_all(watches).await;
     consumer::Poller::stop_all(pollers).await;
     // Follow-ups are awaited before offsets finish; this only flushes stragglers.
-    let _ = tokio::task::spawn_blocking(move || {
+    let flushed = tokio::task::spawn_blocking(move || {
         use rdkafka::producer::Producer;
         producer.flush(librdkafka::FLUSH_ON_EXIT)
     })
     .await;
+    match flushed {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => events::FlushFailed { error: &error }.emit(),
+        Err(error) => events::FlushFailed { error: &error }.emit(),
+    }
     Ok(())
 }
