@@ -5,7 +5,7 @@
 //! the fixed [`ErrorKind`] set; the others keep the counter dashboards already
 //! read (attempts, follow-up errors, dead letters, retries, quarantined).
 //!
-//! Fields that name lead-side types (a partition, a lane key, an error) are
+//! Fields that name engine-side types (a partition, a lane key, an error) are
 //! taken as `&dyn Debug` / `&dyn Display`, so an event does not tie this module
 //! to how the engine spells them.
 
@@ -57,11 +57,15 @@ pub(crate) enum ErrorKind {
     CommitFailed,
     /// The watermark refused to finish an offset.
     WatermarkRefused,
+    /// The engine did not confirm a revoke within the revoke wait.
+    RevokeNotConfirmed,
+    /// A partition could not be paused or sought back to a head not yet due.
+    RewindFailed,
 }
 
 impl ErrorKind {
     /// Every kind, for pre-registering the series.
-    pub(crate) const ALL: [Self; 16] = [
+    pub(crate) const ALL: [Self; 18] = [
         Self::NoRetryTier,
         Self::SecretUnavailable,
         Self::FlushFailed,
@@ -78,6 +82,8 @@ impl ErrorKind {
         Self::OffsetStoreFailed,
         Self::CommitFailed,
         Self::WatermarkRefused,
+        Self::RevokeNotConfirmed,
+        Self::RewindFailed,
     ];
 
     /// The metric label.
@@ -99,6 +105,8 @@ impl ErrorKind {
             Self::OffsetStoreFailed => "offset_store_failed",
             Self::CommitFailed => "commit_failed",
             Self::WatermarkRefused => "watermark_refused",
+            Self::RevokeNotConfirmed => "revoke_not_confirmed",
+            Self::RewindFailed => "rewind_failed",
         }
     }
 }
@@ -465,6 +473,49 @@ impl WatermarkRefused<'_> {
     }
 }
 
+// --- consumer.rs (wired by its owner) --------------------------------------
+
+/// The rebalance callback stopped waiting for the engine to confirm a revoke;
+/// the partitions are handed over uncommitted (the next owner re-attempts).
+#[allow(dead_code)] // until consumer.rs emits it
+pub(crate) struct RevokeNotConfirmed {
+    pub waited: Duration,
+}
+
+#[allow(dead_code)] // until consumer.rs emits it
+impl RevokeNotConfirmed {
+    pub(crate) fn emit(self) {
+        tracing::warn!(waited = ?self.waited, "engine did not confirm the revoke in time; handing over");
+        metrics::error(ErrorKind::RevokeNotConfirmed);
+    }
+}
+
+/// A tier partition could not be paused, or sought back to its head, to wait
+/// for the head's due time.
+#[allow(dead_code)] // until consumer.rs emits it
+pub(crate) struct RewindFailed<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    /// The head's offset when the seek failed; `None` when the pause did.
+    pub offset: Option<i64>,
+    pub error: &'a dyn Display,
+}
+
+#[allow(dead_code)] // until consumer.rs emits it
+impl RewindFailed<'_> {
+    pub(crate) fn emit(self) {
+        match self.offset {
+            None => {
+                tracing::warn!(topic = self.topic, partition = self.partition, error = %self.error, "cannot pause a partition to wait for its due time")
+            }
+            Some(offset) => {
+                tracing::warn!(topic = self.topic, partition = self.partition, offset, error = %self.error, "cannot seek back to a record not yet due")
+            }
+        }
+        metrics::error(ErrorKind::RewindFailed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -590,6 +641,39 @@ mod tests {
                     WatermarkRefused {
                         part,
                         offset: 7,
+                        error: e,
+                    }
+                    .emit()
+                }),
+            ),
+            (
+                ErrorKind::RevokeNotConfirmed,
+                Box::new(|| {
+                    RevokeNotConfirmed {
+                        waited: Duration::from_secs(30),
+                    }
+                    .emit()
+                }),
+            ),
+            (
+                ErrorKind::RewindFailed,
+                Box::new(move || {
+                    RewindFailed {
+                        topic: "t",
+                        partition: 0,
+                        offset: None,
+                        error: e,
+                    }
+                    .emit()
+                }),
+            ),
+            (
+                ErrorKind::RewindFailed,
+                Box::new(move || {
+                    RewindFailed {
+                        topic: "t",
+                        partition: 0,
+                        offset: Some(4),
                         error: e,
                     }
                     .emit()
