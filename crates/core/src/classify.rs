@@ -1,6 +1,8 @@
 //! Attempt classification: every attempt result maps to exactly one verdict
-//! (delivered, retry, rejected) and one outcome label from the bounded set
-//! [`OUTCOMES`], so metrics never grow a label per status code or per error text.
+//! (delivered, retry, rejected) and one [`Outcome`], whose label is from the
+//! bounded set [`OUTCOMES`] and whose [`StatusClass`] is derived from it as a
+//! value (never by parsing the label), so metrics never grow a label per status
+//! code or per error text.
 //!
 //! Rules (DESIGN §4 "Classification"):
 //! - 2xx: delivered.
@@ -47,6 +49,21 @@ pub enum FailureKind {
 }
 
 impl FailureKind {
+    /// Every failure kind.
+    pub const ALL: [Self; 11] = [
+        Self::Timeout,
+        Self::ConnectTimeout,
+        Self::ConnectRefused,
+        Self::ConnectionReset,
+        Self::Dns,
+        Self::Tls,
+        Self::Protocol,
+        Self::EgressDenied,
+        Self::PayloadTooLarge,
+        Self::MissingSecret,
+        Self::InvalidUrl,
+    ];
+
     /// The outcome label of this failure.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -89,6 +106,15 @@ pub enum RejectReason {
 }
 
 impl RejectReason {
+    /// Every reason.
+    pub const ALL: [Self; 5] = [
+        Self::Http4xx,
+        Self::Redirect,
+        Self::EgressDenied,
+        Self::PayloadTooLarge,
+        Self::InvalidUrl,
+    ];
+
     /// The `DeadLetter.reason` value (and metric label).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -114,14 +140,155 @@ pub enum Verdict {
     },
 }
 
-/// A verdict plus its bounded outcome label (`Delivery.last_outcome`, metric label).
+/// The class of an attempt's HTTP status: the `status_class` metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StatusClass {
+    /// 100..=199 (`1xx`).
+    Informational,
+    /// 200..=299 (`2xx`).
+    Success,
+    /// 300..=399 (`3xx`).
+    Redirection,
+    /// 400..=499 (`4xx`).
+    ClientError,
+    /// 500..=599 (`5xx`).
+    ServerError,
+    /// Outside 100..=599 (`invalid`).
+    Invalid,
+    /// No status line arrived (`none`).
+    NoResponse,
+}
+
+impl StatusClass {
+    /// Every class.
+    pub const ALL: [Self; 7] = [
+        Self::Informational,
+        Self::Success,
+        Self::Redirection,
+        Self::ClientError,
+        Self::ServerError,
+        Self::Invalid,
+        Self::NoResponse,
+    ];
+
+    /// The class of a status code.
+    pub fn of(status: u16) -> Self {
+        match status {
+            100..=199 => Self::Informational,
+            200..=299 => Self::Success,
+            300..=399 => Self::Redirection,
+            400..=499 => Self::ClientError,
+            500..=599 => Self::ServerError,
+            _ => Self::Invalid,
+        }
+    }
+
+    /// The metric label (`2xx`, `invalid`, `none`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Informational => "1xx",
+            Self::Success => "2xx",
+            Self::Redirection => "3xx",
+            Self::ClientError => "4xx",
+            Self::ServerError => "5xx",
+            Self::Invalid => "invalid",
+            Self::NoResponse => "none",
+        }
+    }
+
+    /// The outcome label of a status of this class without a label of its own;
+    /// `None` for [`StatusClass::NoResponse`], which has no status.
+    fn outcome_label(self) -> Option<&'static str> {
+        Some(match self {
+            Self::Informational => "http_1xx",
+            Self::Success => "http_2xx",
+            Self::Redirection => "http_3xx",
+            Self::ClientError => "http_4xx",
+            Self::ServerError => "http_5xx",
+            Self::Invalid => "http_invalid",
+            Self::NoResponse => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for StatusClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How an attempt ended, as a value: its label ([`Outcome::as_str`], one of
+/// [`OUTCOMES`]) and its [`StatusClass`] are derived from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// A status line arrived with this code: `http_<code>` for codes common in
+    /// webhook traffic, else `http_<class>` (`http_invalid` outside 100..=599).
+    Response(u16),
+    /// None did: a transport failure or our own refusal.
+    Failed(FailureKind),
+}
+
+impl Outcome {
+    /// The bounded label: `Delivery.last_outcome` and the `outcome` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Response(status) => status_outcome(status),
+            Self::Failed(kind) => kind.as_str(),
+        }
+    }
+
+    /// The status class, [`StatusClass::NoResponse`] for a failure.
+    pub fn status_class(self) -> StatusClass {
+        match self {
+            Self::Response(status) => StatusClass::of(status),
+            Self::Failed(_) => StatusClass::NoResponse,
+        }
+    }
+
+    /// Every label with its status class, built from the same tables
+    /// [`Outcome::as_str`] uses: for pre-registering metric series.
+    pub fn labels() -> impl Iterator<Item = (&'static str, StatusClass)> {
+        let common = COMMON_STATUSES
+            .iter()
+            .map(|(code, label)| (*label, StatusClass::of(*code)));
+        let by_class = StatusClass::ALL
+            .into_iter()
+            .filter_map(|c| c.outcome_label().map(|label| (label, c)));
+        let failures = FailureKind::ALL
+            .into_iter()
+            .map(|k| (k.as_str(), StatusClass::NoResponse));
+        common.chain(by_class).chain(failures)
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares the label, so tables of expected labels read as text.
+impl PartialEq<&str> for Outcome {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+/// A verdict plus its bounded outcome (`Delivery.last_outcome`, metric label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Classification {
     pub verdict: Verdict,
-    /// Always one of [`OUTCOMES`].
-    pub outcome: &'static str,
+    /// Its label is always one of [`OUTCOMES`].
+    pub outcome: Outcome,
     /// The HTTP status, when a response arrived (for `DeadLetter.last_status`).
     pub status: Option<u16>,
+}
+
+impl Classification {
+    /// The status class of the attempt (`none` without a response).
+    pub fn status_class(&self) -> StatusClass {
+        self.outcome.status_class()
+    }
 }
 
 /// Every outcome label [`classify`] can produce: `http_<code>` for common codes,
@@ -203,7 +370,7 @@ pub fn classify(result: &AttemptResult, now: SystemTime) -> Classification {
             };
             Classification {
                 verdict,
-                outcome: status_outcome(status),
+                outcome: Outcome::Response(status),
                 status: Some(status),
             }
         }
@@ -229,7 +396,7 @@ pub fn classify(result: &AttemptResult, now: SystemTime) -> Classification {
             };
             Classification {
                 verdict,
-                outcome: kind.as_str(),
+                outcome: Outcome::Failed(*kind),
                 status: None,
             }
         }
@@ -239,14 +406,7 @@ pub fn classify(result: &AttemptResult, now: SystemTime) -> Classification {
 /// The class label of a status (`"2xx"`…), `"invalid"` outside 100..=599; for the
 /// `status_class` metric label.
 pub fn status_class(status: u16) -> &'static str {
-    match status {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        500..=599 => "5xx",
-        _ => "invalid",
-    }
+    StatusClass::of(status).as_str()
 }
 
 /// Codes common enough in webhook traffic to get their own outcome label.
@@ -282,13 +442,9 @@ fn status_outcome(status: u16) -> &'static str {
     if let Some((_, label)) = COMMON_STATUSES.iter().find(|(code, _)| *code == status) {
         return label;
     }
-    match status {
-        100..=199 => "http_1xx",
-        200..=299 => "http_2xx",
-        300..=399 => "http_3xx",
-        400..=499 => "http_4xx",
-        500..=599 => "http_5xx",
-        _ => "http_invalid",
+    match StatusClass::of(status).outcome_label() {
+        Some(label) => label,
+        None => unreachable!("a status code always has a class"),
     }
 }
 
@@ -511,7 +667,7 @@ mod tests {
         use std::collections::BTreeSet;
         use FailureKind::*;
         let mut produced: BTreeSet<&str> = (0..=u16::MAX)
-            .map(|status| classify(&response(status, None), at(NOW)).outcome)
+            .map(|status| classify(&response(status, None), at(NOW)).outcome.as_str())
             .collect();
         let kinds = [
             Timeout,
@@ -526,11 +682,11 @@ mod tests {
             MissingSecret,
             InvalidUrl,
         ];
-        produced.extend(
-            kinds
-                .iter()
-                .map(|k| classify(&AttemptResult::Failed(*k), at(NOW)).outcome),
-        );
+        produced.extend(kinds.iter().map(|k| {
+            classify(&AttemptResult::Failed(*k), at(NOW))
+                .outcome
+                .as_str()
+        }));
         let declared: BTreeSet<&str> = OUTCOMES.iter().copied().collect();
         assert_eq!(
             declared.len(),
@@ -541,6 +697,25 @@ mod tests {
         assert_eq!(OUTCOMES.len(), 42);
     }
 
+    #[test]
+    fn labels_are_the_outcomes_each_with_the_class_classify_gives() {
+        use std::collections::{BTreeMap, BTreeSet};
+        let labels: BTreeMap<&str, StatusClass> = Outcome::labels().collect();
+        assert_eq!(labels.len(), OUTCOMES.len(), "no label twice");
+        let declared: BTreeSet<&str> = OUTCOMES.iter().copied().collect();
+        assert_eq!(labels.keys().copied().collect::<BTreeSet<_>>(), declared);
+        for status in 0..=u16::MAX {
+            let c = classify(&response(status, None), at(NOW));
+            assert_eq!(labels[c.outcome.as_str()], c.status_class(), "{status}");
+            assert_eq!(c.status_class().as_str(), status_class(status));
+        }
+        for kind in FailureKind::ALL {
+            let c = classify(&AttemptResult::Failed(kind), at(NOW));
+            assert_eq!(labels[c.outcome.as_str()], StatusClass::NoResponse);
+            assert_eq!(c.status_class().as_str(), "none");
+        }
+    }
+
     proptest! {
         #[test]
         fn every_status_yields_a_known_outcome_and_consistent_verdict(
@@ -548,10 +723,10 @@ mod tests {
             hint in proptest::option::of("[0-9]{1,6}"),
         ) {
             let c = classify(&AttemptResult::Response { status, retry_after: hint.clone() }, at(NOW));
-            prop_assert!(OUTCOMES.contains(&c.outcome), "{}", c.outcome);
+            prop_assert!(OUTCOMES.contains(&c.outcome.as_str()), "{}", c.outcome);
             let class = status_class(status);
             let (exact, by_class) = (format!("http_{status}"), format!("http_{class}"));
-            prop_assert!(c.outcome == exact || c.outcome == by_class, "{}", c.outcome);
+            prop_assert!(c.outcome.as_str() == exact || c.outcome.as_str() == by_class, "{}", c.outcome);
             match c.verdict {
                 Verdict::Delivered => prop_assert_eq!(class, "2xx"),
                 Verdict::Rejected { reason: RejectReason::Redirect } => prop_assert_eq!(class, "3xx"),

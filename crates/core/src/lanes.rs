@@ -90,19 +90,24 @@ pub struct LaneLimits {
 
 impl Default for LaneLimits {
     fn default() -> Self {
-        Self {
-            global_in_flight: 256,
-            tenant_in_flight: 32,
-            retry_share_percent: 50,
-            partition_records: 1_000,
-            partition_bytes: 16 << 20,
-            total_records: 20_000,
-            total_bytes: 256 << 20,
-        }
+        Self::DEFAULT
     }
 }
 
 impl LaneLimits {
+    /// The product's limits: the dispatcher's flags (`--global-in-flight`,
+    /// `--partition-buffer-records`, ...) default to these fields, so the flags
+    /// and the library cannot disagree.
+    pub const DEFAULT: Self = Self {
+        global_in_flight: 256,
+        tenant_in_flight: 32,
+        retry_share_percent: 50,
+        partition_records: 5_000,
+        partition_bytes: 32 << 20,
+        total_records: 50_000,
+        total_bytes: 256 << 20,
+    };
+
     /// Slots retries may occupy: `ceil(global × share)`, at least 1.
     pub fn retry_slots(&self) -> u32 {
         let slots =

@@ -14,8 +14,8 @@ pub mod stall;
 pub mod watermark;
 
 pub use classify::{
-    classify, parse_retry_after, status_class, AttemptResult, Classification, FailureKind,
-    RejectReason, Verdict, MAX_RETRY_AFTER, OUTCOMES,
+    classify, parse_retry_after, status_class, AttemptResult, Classification, FailureKind, Outcome,
+    RejectReason, StatusClass, Verdict, MAX_RETRY_AFTER, OUTCOMES,
 };
 pub use due::{head_decision, DueTimers, HeadDecision};
 pub use egress::{blocked_range, BlockedRange, Cidr, CidrError, EgressDenied, EgressPolicy};

@@ -409,18 +409,18 @@ fn check(case: &Case, stats: &mut Stats) -> Result<(), TestCaseError> {
     };
     let c = classify(&attempt, case.now);
     prop_assert!(
-        OUTCOMES.contains(&c.outcome),
+        OUTCOMES.contains(&c.outcome.as_str()),
         "{} is not in OUTCOMES",
         c.outcome
     );
-    count(&mut stats.outcomes, c.outcome);
+    count(&mut stats.outcomes, c.outcome.as_str());
 
     match &case.result {
         Attempt::Response { status, .. } => {
             let (verdict, class) = expected_for_status(*status);
             prop_assert_eq!(c.status, Some(*status));
             prop_assert!(
-                c.outcome == format!("http_{status}") || c.outcome == class,
+                c.outcome.as_str() == format!("http_{status}") || c.outcome.as_str() == class,
                 "status {} labelled {}",
                 status,
                 c.outcome

@@ -10,7 +10,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use hookline_core::{classify, AttemptResult, FailureKind, Verdict};
+use hookline_core::{classify, AttemptResult, FailureKind};
 use hookline_envelope::{encode, Delivery, Topics};
 use hookline_runtime::{
     http::{Failure, Outgoing, WebhookClient},
@@ -21,7 +21,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    metrics,
+    events,
     outcome::{plan, AttemptFacts, FollowUp, RetryPolicy},
 };
 
@@ -77,7 +77,7 @@ pub(crate) async fn run(
     let (result, detail) = attempt(&ctx, &delivery, &target, started).await;
     let now = SystemTime::now();
     let classification = classify(&result, now);
-    metrics::attempt(&classification, clock.elapsed());
+    let took = clock.elapsed();
     let facts = AttemptFacts {
         classification,
         started_ms: millis(started),
@@ -85,24 +85,39 @@ pub(crate) async fn run(
         detail: detail.as_deref(),
     };
     let follow_up = plan(&delivery, &facts, &ctx.retry_policy, rand::random::<f64>());
-    log_outcome(&delivery, &facts);
+    events::AttemptEnded {
+        delivery: &delivery,
+        facts: &facts,
+        took,
+    }
+    .emit();
     let (topic, value, tier) = match &follow_up {
         FollowUp::Done => return Finished::Durable,
         FollowUp::Retry { tier, record } => {
             let Some((name, topic)) = ctx.topics.retries().nth(*tier) else {
-                tracing::error!(tier, "no such retry tier; leaving the record unfinished");
+                events::NoSuchRetryTier { tier: *tier }.emit();
                 return Finished::Abandoned;
             };
             (topic.to_owned(), encode(record.as_ref()), Some(name))
         }
-        FollowUp::Dead(dead) => (ctx.topics.dlq().to_owned(), encode(dead.as_ref()), None),
+        FollowUp::Dead { letter, .. } => {
+            (ctx.topics.dlq().to_owned(), encode(letter.as_ref()), None)
+        }
     };
     let key = Some(delivery.tenant_id.as_bytes());
     let finished = produce_until_durable(&ctx.producer, &topic, key, &value, &cancel).await;
     if finished == Finished::Durable {
         match (&follow_up, tier) {
-            (FollowUp::Dead(dead), _) => metrics::dead_letter(&dead.reason),
-            (_, Some(tier)) => metrics::retry_written(tier),
+            (FollowUp::Dead { reason, .. }, _) => events::DeadLettered {
+                reason: *reason,
+                delivery: &delivery,
+            }
+            .emit(),
+            (_, Some(tier)) => events::RetryWritten {
+                tier,
+                delivery: &delivery,
+            }
+            .emit(),
             _ => {}
         }
     }
@@ -130,12 +145,11 @@ async fn attempt(
     let keys = match ctx.secrets.get(&target.secret_ref) {
         Ok(keys) => keys,
         Err(error) => {
-            tracing::warn!(
-                delivery_id = %delivery.delivery_id,
-                subscription_id = %delivery.subscription_id,
-                %error,
-                "cannot sign: secret unavailable"
-            );
+            events::SecretUnavailable {
+                delivery,
+                error: &error,
+            }
+            .emit();
             return failed(FailureKind::MissingSecret, error.to_string());
         }
     };
@@ -195,34 +209,6 @@ fn headers(delivery: &Delivery, signed: &signing::SignatureHeaders) -> Result<He
     Ok(h)
 }
 
-fn log_outcome(delivery: &Delivery, facts: &AttemptFacts<'_>) {
-    let c = &facts.classification;
-    let took_ms = facts.now_ms - facts.started_ms;
-    match c.verdict {
-        Verdict::Delivered => tracing::debug!(
-            delivery_id = %delivery.delivery_id,
-            outcome = c.outcome,
-            took_ms,
-            "delivered"
-        ),
-        Verdict::Retry { .. } => tracing::info!(
-            delivery_id = %delivery.delivery_id,
-            subscription_id = %delivery.subscription_id,
-            attempt = delivery.attempt + 1,
-            outcome = c.outcome,
-            took_ms,
-            "attempt failed; scheduling a retry"
-        ),
-        Verdict::Rejected { reason } => tracing::warn!(
-            delivery_id = %delivery.delivery_id,
-            subscription_id = %delivery.subscription_id,
-            outcome = c.outcome,
-            reason = reason.as_str(),
-            "attempt rejected; dead-lettering"
-        ),
-    }
-}
-
 /// Produces one record, retrying with backoff until acknowledged or cancelled.
 pub(crate) async fn produce_until_durable(
     producer: &FutureProducer,
@@ -244,8 +230,12 @@ pub(crate) async fn produce_until_durable(
         match sent {
             Ok(_) => return Finished::Durable,
             Err((error, _)) => {
-                metrics::follow_up_failed();
-                tracing::warn!(%topic, %error, ?backoff, "cannot write the follow-up record; retrying");
+                events::FollowUpFailed {
+                    topic,
+                    error: &error,
+                    backoff,
+                }
+                .emit();
                 tokio::select! {
                     _ = cancel.cancelled() => return Finished::Abandoned,
                     _ = tokio::time::sleep(backoff) => {}

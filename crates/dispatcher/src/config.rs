@@ -1,5 +1,9 @@
 //! Flags of the dispatcher, validated once at start into [`Settings`]; a bad value
-//! fails with a message naming the flag and its environment variable.
+//! fails with a message naming the flag and its environment variable, and so does
+//! a pair of values that cannot work together (see [`Config::settings`]). The
+//! flags default to the library defaults (`LaneLimits::DEFAULT`,
+//! `hookline_runtime::http::defaults`); the timings the dispatcher gives
+//! librdkafka live here too, each with why.
 
 use std::{path::PathBuf, time::Duration};
 
@@ -7,7 +11,8 @@ use clap::Args;
 use hookline_core::{egress::Cidr, EgressPolicy, Ladder, LaneLimits, Tier};
 use hookline_runtime::{
     config::{parse_duration, CommonArgs},
-    http::{read_pem_certs, HttpSettings},
+    http::{defaults as http, read_pem_certs, HttpSettings},
+    kafka,
     provision::spec::parse_tier,
 };
 
@@ -50,15 +55,15 @@ pub struct DispatcherArgs {
     pub secrets_poll_interval: Duration,
 
     /// Longest wait for a TCP connection to an endpoint.
-    #[arg(long, env = "HOOKLINE_CONNECT_TIMEOUT", default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, env = "HOOKLINE_CONNECT_TIMEOUT", default_value = http::CONNECT_TIMEOUT_TEXT, value_parser = parse_duration)]
     pub connect_timeout: Duration,
 
     /// Longest a whole attempt may take: connect, send, read the capped response.
-    #[arg(long, env = "HOOKLINE_REQUEST_TIMEOUT", default_value = "15s", value_parser = parse_duration)]
+    #[arg(long, env = "HOOKLINE_REQUEST_TIMEOUT", default_value = http::REQUEST_TIMEOUT_TEXT, value_parser = parse_duration)]
     pub request_timeout: Duration,
 
     /// Most bytes of a response body read (the rest is discarded).
-    #[arg(long, env = "HOOKLINE_MAX_RESPONSE_BYTES", default_value_t = 4096)]
+    #[arg(long, env = "HOOKLINE_MAX_RESPONSE_BYTES", default_value_t = http::MAX_RESPONSE_BYTES)]
     pub max_response_bytes: usize,
 
     /// Largest payload POSTed; larger deliveries are dead-lettered as `payload_too_large`.
@@ -79,43 +84,43 @@ pub struct DispatcherArgs {
     pub tls_extra_ca: Option<PathBuf>,
 
     /// Idle keep-alive connections are closed after this long.
-    #[arg(long, env = "HOOKLINE_POOL_IDLE_TIMEOUT", default_value = "90s", value_parser = parse_duration)]
+    #[arg(long, env = "HOOKLINE_POOL_IDLE_TIMEOUT", default_value = http::POOL_IDLE_TIMEOUT_TEXT, value_parser = parse_duration)]
     pub pool_idle_timeout: Duration,
 
     /// Most idle connections kept per endpoint host.
-    #[arg(long, env = "HOOKLINE_POOL_MAX_IDLE_PER_HOST", default_value_t = 32)]
+    #[arg(long, env = "HOOKLINE_POOL_MAX_IDLE_PER_HOST", default_value_t = http::POOL_MAX_IDLE_PER_HOST)]
     pub pool_max_idle_per_host: usize,
 
     /// Most attempts in flight in this replica.
-    #[arg(long, env = "HOOKLINE_GLOBAL_IN_FLIGHT", default_value_t = 256)]
+    #[arg(long, env = "HOOKLINE_GLOBAL_IN_FLIGHT", default_value_t = LaneLimits::DEFAULT.global_in_flight)]
     pub global_in_flight: u32,
 
     /// Most attempts in flight for one tenant.
-    #[arg(long, env = "HOOKLINE_TENANT_IN_FLIGHT", default_value_t = 32)]
+    #[arg(long, env = "HOOKLINE_TENANT_IN_FLIGHT", default_value_t = LaneLimits::DEFAULT.tenant_in_flight)]
     pub tenant_in_flight: u32,
 
     /// Percentage of the global slots retries may hold (1-100).
-    #[arg(long, env = "HOOKLINE_RETRY_SHARE_PERCENT", default_value_t = 50)]
+    #[arg(long, env = "HOOKLINE_RETRY_SHARE_PERCENT", default_value_t = LaneLimits::DEFAULT.retry_share_percent)]
     pub retry_share_percent: u8,
 
     /// Records buffered per partition before it is paused.
     #[arg(
         long,
         env = "HOOKLINE_PARTITION_BUFFER_RECORDS",
-        default_value_t = 5_000
+        default_value_t = LaneLimits::DEFAULT.partition_records
     )]
     pub partition_buffer_records: usize,
 
     /// Payload bytes buffered per partition before it is paused.
-    #[arg(long, env = "HOOKLINE_PARTITION_BUFFER_BYTES", default_value_t = 32 << 20)]
+    #[arg(long, env = "HOOKLINE_PARTITION_BUFFER_BYTES", default_value_t = LaneLimits::DEFAULT.partition_bytes)]
     pub partition_buffer_bytes: usize,
 
     /// Records buffered in all, before every partition that adds more is paused.
-    #[arg(long, env = "HOOKLINE_BUFFER_RECORDS", default_value_t = 50_000)]
+    #[arg(long, env = "HOOKLINE_BUFFER_RECORDS", default_value_t = LaneLimits::DEFAULT.total_records)]
     pub buffer_records: usize,
 
     /// Payload bytes buffered in all.
-    #[arg(long, env = "HOOKLINE_BUFFER_BYTES", default_value_t = 256 << 20)]
+    #[arg(long, env = "HOOKLINE_BUFFER_BYTES", default_value_t = LaneLimits::DEFAULT.total_bytes)]
     pub buffer_bytes: usize,
 
     /// The retry ladder as NAME=DELAY, in order, comma-separated; each tier is the
@@ -138,6 +143,74 @@ pub struct DispatcherArgs {
     /// order, so a record can wait behind a head due up to the jitter after it.
     #[arg(long, env = "HOOKLINE_RETRY_JITTER", default_value = "500ms", value_parser = parse_duration)]
     pub retry_jitter: Duration,
+
+    /// Most kilobytes librdkafka prefetches per `deliveries` partition
+    /// (`queued.max.messages.kbytes`): memory held before the engine asks.
+    #[arg(long, env = "HOOKLINE_READY_PREFETCH_KBYTES", default_value_t = 16_384)]
+    pub ready_prefetch_kbytes: u32,
+
+    /// Most kilobytes prefetched per retry-tier partition; a tier is mostly
+    /// paused until its head is due, so it needs less.
+    #[arg(long, env = "HOOKLINE_TIER_PREFETCH_KBYTES", default_value_t = 4_096)]
+    pub tier_prefetch_kbytes: u32,
+
+    /// Longest the broker holds a fetch waiting for data (`fetch.wait.max.ms`).
+    /// A resumed tier partition joins the next fetch, which waits for the long
+    /// poll of the others to return: this bounds how late a due retry is
+    /// fetched (librdkafka's default is 500ms).
+    #[arg(long, env = "HOOKLINE_FETCH_WAIT_MAX", default_value = "100ms", value_parser = parse_duration)]
+    pub fetch_wait_max: Duration,
+}
+
+/// Time a drained or revoked attempt gets after the request timeout to make its
+/// follow-up durable, before it is abandoned (its record then stays unfinished).
+/// The engine's drain and revoke wait `request_timeout + DRAIN_SLACK`.
+pub(crate) const DRAIN_SLACK: Duration = Duration::from_secs(5);
+
+/// Time the rebalance callback waits, after the engine's drain of a revoke, for
+/// the engine to store and commit; past it the partitions are handed over
+/// uncommitted (the next owner re-attempts from the last commit).
+pub(crate) const REVOKE_COMMIT_SLACK: Duration = Duration::from_secs(10);
+
+/// librdkafka's `queued.max.messages.kbytes` range.
+const PREFETCH_KBYTES: std::ops::RangeInclusive<u32> = 1..=2_097_151;
+
+/// librdkafka's `fetch.wait.max.ms` range.
+const MAX_FETCH_WAIT: Duration = Duration::from_secs(300);
+
+/// librdkafka settings of the dispatcher that are not flags: each is part of
+/// the delivery guarantee or has no reason to differ between deployments.
+pub(crate) mod librdkafka {
+    use std::time::Duration;
+
+    /// `auto.commit.interval.ms`: offsets are *stored* only from the watermark
+    /// (never past an unfinished record), so committing what is stored every
+    /// second loses nothing; it bounds the re-attempts after a crash.
+    pub(crate) const AUTO_COMMIT_INTERVAL: Duration = Duration::from_secs(1);
+    /// `linger.ms` of the follow-up producer: batches retries and dead letters
+    /// a little without delaying the finish of a source record noticeably.
+    pub(crate) const PRODUCER_LINGER: Duration = Duration::from_millis(5);
+    /// `message.timeout.ms`: a follow-up not acknowledged in this time fails and
+    /// is produced again (`produce_until_durable`), so it is never given up.
+    pub(crate) const PRODUCER_MESSAGE_TIMEOUT: Duration = Duration::from_secs(30);
+    /// `compression.type` of follow-ups (payloads are mostly JSON).
+    pub(crate) const PRODUCER_COMPRESSION: &str = "lz4";
+    /// Longest the exit waits for the producer to flush stragglers; follow-ups
+    /// that matter were awaited before their offsets finished.
+    pub(crate) const FLUSH_ON_EXIT: Duration = Duration::from_secs(5);
+
+    /// `Duration` as librdkafka's milliseconds.
+    pub(crate) fn ms(d: Duration) -> String {
+        d.as_millis().to_string()
+    }
+}
+
+/// The librdkafka values an operator can tune, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KafkaTuning {
+    pub ready_prefetch_kbytes: u32,
+    pub tier_prefetch_kbytes: u32,
+    pub fetch_wait_max: Duration,
 }
 
 fn parse_cidr(s: &str) -> Result<Cidr, String> {
@@ -155,12 +228,37 @@ pub(crate) struct Settings {
     pub lanes: LaneLimits,
     pub shutdown_grace: Duration,
     pub ladder: Ladder,
+    pub kafka: KafkaTuning,
+}
+
+impl Settings {
+    /// How long the rebalance callback waits for the engine to confirm a revoke.
+    pub(crate) fn revoke_wait(&self) -> Duration {
+        revoke_wait(self.http.request_timeout)
+    }
+}
+
+fn revoke_wait(request_timeout: Duration) -> Duration {
+    request_timeout + DRAIN_SLACK + REVOKE_COMMIT_SLACK
 }
 
 impl Config {
+    /// Validates the flags and the relations between them:
+    /// - `--connect-timeout` ≤ `--request-timeout` ≤ `--shutdown-grace`, so an
+    ///   attempt can connect and in-flight attempts can finish while draining;
+    /// - the revoke wait (request timeout + [`DRAIN_SLACK`] +
+    ///   [`REVOKE_COMMIT_SLACK`]) shorter than `max.poll.interval.ms` (`-X`): the
+    ///   wait runs inside the rebalance callback, where the consumer cannot poll,
+    ///   and a consumer that does not poll for that long is thrown out of its group.
+    ///   The session timeout is no bound on it: librdkafka heartbeats from its own
+    ///   thread while the callback waits;
+    /// - the group flags ([`kafka::check_group_flags`]: session timeout range,
+    ///   `max.poll.interval.ms` ≥ session timeout, `-X` refusals), checked here so
+    ///   they fail before anything starts.
     pub(crate) fn settings(&self) -> Result<Settings, DispatcherError> {
         let d = &self.dispatcher;
         let bad = |flag: &'static str, why: String| DispatcherError::Config { flag, why };
+        kafka::check_group_flags(&self.common)?;
         if d.connect_timeout.is_zero() {
             return Err(bad(
                 "--connect-timeout / HOOKLINE_CONNECT_TIMEOUT",
@@ -183,6 +281,45 @@ impl Config {
                     "{:?} is shorter than --request-timeout {:?}; attempts in flight could not finish while draining",
                     self.common.shutdown_grace, d.request_timeout
                 ),
+            ));
+        }
+        let poll = kafka::max_poll_interval(&self.common)?;
+        let revoke = revoke_wait(d.request_timeout);
+        if revoke >= poll {
+            return Err(bad(
+                "--request-timeout / HOOKLINE_REQUEST_TIMEOUT",
+                format!(
+                    "{:?} plus {:?} of drain and commit slack is {revoke:?}, not shorter than \
+                     -X max.poll.interval.ms {poll:?}: a revoke waits that long inside the \
+                     rebalance callback, where the consumer cannot poll, and would be thrown \
+                     out of its group; lower --request-timeout or raise -X max.poll.interval.ms \
+                     above {revoke:?}",
+                    d.request_timeout,
+                    DRAIN_SLACK + REVOKE_COMMIT_SLACK,
+                ),
+            ));
+        }
+        for (flag, kbytes) in [
+            (
+                "--ready-prefetch-kbytes / HOOKLINE_READY_PREFETCH_KBYTES",
+                d.ready_prefetch_kbytes,
+            ),
+            (
+                "--tier-prefetch-kbytes / HOOKLINE_TIER_PREFETCH_KBYTES",
+                d.tier_prefetch_kbytes,
+            ),
+        ] {
+            if !PREFETCH_KBYTES.contains(&kbytes) {
+                return Err(bad(
+                    flag,
+                    format!("{kbytes} is outside librdkafka's {PREFETCH_KBYTES:?}"),
+                ));
+            }
+        }
+        if d.fetch_wait_max > MAX_FETCH_WAIT {
+            return Err(bad(
+                "--fetch-wait-max / HOOKLINE_FETCH_WAIT_MAX",
+                format!("{:?} is longer than librdkafka's 5m", d.fetch_wait_max),
             ));
         }
         if d.secrets_poll_interval.is_zero() {
@@ -236,6 +373,11 @@ impl Config {
             lanes,
             shutdown_grace: self.common.shutdown_grace,
             ladder,
+            kafka: KafkaTuning {
+                ready_prefetch_kbytes: d.ready_prefetch_kbytes,
+                tier_prefetch_kbytes: d.tier_prefetch_kbytes,
+                fetch_wait_max: d.fetch_wait_max,
+            },
         })
     }
 }
@@ -295,6 +437,106 @@ mod tests {
         assert!(s.http.egress.allowed_cidrs().is_empty());
         assert_eq!(s.http.request_timeout, Duration::from_secs(15));
         assert_eq!(s.ladder, Ladder::default());
+    }
+
+    #[test]
+    fn the_flag_defaults_are_the_library_defaults() {
+        let s = parse(&[]).unwrap().settings().unwrap();
+        assert_eq!(s.lanes, LaneLimits::default());
+        let h = HttpSettings::default();
+        assert_eq!(s.http.connect_timeout, h.connect_timeout);
+        assert_eq!(s.http.request_timeout, h.request_timeout);
+        assert_eq!(s.http.max_response_bytes, h.max_response_bytes);
+        assert_eq!(s.http.pool_idle_timeout, h.pool_idle_timeout);
+        assert_eq!(s.http.pool_max_idle_per_host, h.pool_max_idle_per_host);
+        assert_eq!(
+            s.revoke_wait(),
+            Duration::from_secs(30),
+            "as before: request + 15s"
+        );
+    }
+
+    /// Each relation checked at start, with a value pair it accepts and one it
+    /// refuses; the refusal names every flag involved.
+    #[test]
+    fn relations_between_values_are_checked_at_start() {
+        let cases: &[(&[&str], &[&str])] = &[
+            (&["--request-timeout", "5s", "--connect-timeout", "5s"], &[]),
+            (
+                &["--request-timeout", "4s", "--connect-timeout", "5s"],
+                &["--request-timeout", "--connect-timeout"],
+            ),
+            (
+                &["--request-timeout", "30s", "--shutdown-grace", "30s"],
+                &[],
+            ),
+            (
+                &["--request-timeout", "31s", "--shutdown-grace", "30s"],
+                &["--shutdown-grace", "--request-timeout"],
+            ),
+            // request 60s + 15s of slack = 75s against max.poll.interval.ms.
+            (
+                &[
+                    "--request-timeout",
+                    "60s",
+                    "--shutdown-grace",
+                    "60s",
+                    "-X",
+                    "max.poll.interval.ms=75001",
+                ],
+                &[],
+            ),
+            (
+                &[
+                    "--request-timeout",
+                    "60s",
+                    "--shutdown-grace",
+                    "60s",
+                    "-X",
+                    "max.poll.interval.ms=75000",
+                ],
+                &["--request-timeout", "-X max.poll.interval.ms"],
+            ),
+            (
+                &["--request-timeout", "5m", "--shutdown-grace", "5m"],
+                &["--request-timeout", "-X max.poll.interval.ms"],
+            ),
+            (&["-X", "max.poll.interval.ms=31000"], &[]),
+            (
+                &[
+                    "--group-session-timeout",
+                    "40s",
+                    "-X",
+                    "max.poll.interval.ms=31000",
+                ],
+                &["-X max.poll.interval.ms", "--group-session-timeout"],
+            ),
+            (&["--ready-prefetch-kbytes", "1"], &[]),
+            (
+                &["--ready-prefetch-kbytes", "0"],
+                &["--ready-prefetch-kbytes"],
+            ),
+            (
+                &["--tier-prefetch-kbytes", "3000000"],
+                &["--tier-prefetch-kbytes"],
+            ),
+            (&["--fetch-wait-max", "5m"], &[]),
+            (&["--fetch-wait-max", "301s"], &["--fetch-wait-max"]),
+        ];
+        for (args, flags) in cases {
+            let got = parse(args).unwrap().settings();
+            match (flags.is_empty(), got) {
+                (true, Ok(_)) => {}
+                (true, Err(e)) => panic!("{args:?} refused: {e}"),
+                (false, Ok(_)) => panic!("{args:?} accepted"),
+                (false, Err(e)) => {
+                    let e = e.to_string();
+                    for flag in *flags {
+                        assert!(e.contains(flag), "{args:?}: {e} does not name {flag}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

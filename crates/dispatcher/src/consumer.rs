@@ -154,7 +154,10 @@ impl ConsumerContext for DispatchContext {
                 if self.events.blocking_send(revoked).is_ok()
                     && confirmed.recv_timeout(self.revoke_wait).is_err()
                 {
-                    tracing::warn!("engine did not confirm the revoke in time; handing over");
+                    crate::events::RevokeNotConfirmed {
+                        waited: self.revoke_wait,
+                    }
+                    .emit();
                 }
             }
             Rebalance::Assign(_) => {}
@@ -275,13 +278,25 @@ fn rewind(
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition(topic, *partition);
     if let Err(error) = consumer.pause(&tpl) {
-        tracing::warn!(%topic, partition, %error, "cannot pause a partition to wait for its due time");
+        crate::events::RewindFailed {
+            topic,
+            partition: *partition,
+            offset: None,
+            error: &error,
+        }
+        .emit();
         return false;
     }
     match consumer.seek(topic, *partition, Offset::Offset(offset), SEEK_TIMEOUT) {
         Ok(()) => true,
         Err(error) => {
-            tracing::warn!(%topic, partition, offset, %error, "cannot seek back to a record not yet due");
+            crate::events::RewindFailed {
+                topic,
+                partition: *partition,
+                offset: Some(offset),
+                error: &error,
+            }
+            .emit();
             false
         }
     }

@@ -10,6 +10,7 @@ mod attempt;
 pub mod config;
 mod consumer;
 mod engine;
+mod events;
 mod machine;
 mod metrics;
 mod offsets;
@@ -17,7 +18,7 @@ mod outcome;
 mod part;
 mod quarantine;
 
-use std::{path::PathBuf, sync::Arc, time::Duration};
+use std::{path::PathBuf, sync::Arc};
 
 use hookline_envelope::{TopicError, Topics};
 use hookline_runtime::{
@@ -37,6 +38,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use attempt::{HEADER_EVENT_TYPE, USER_AGENT_VALUE};
+use config::librdkafka;
 pub use config::{Config, DispatcherArgs};
 
 /// The stage name used in metrics and logs.
@@ -173,7 +175,7 @@ async fn dispatch(
         inputs.iter().filter(|i| i.retry).map(|i| i.label).collect();
     metrics::describe_tiers(&tier_labels);
     let (events_tx, events_rx) = mpsc::channel(1024);
-    let revoke_wait = settings.http.request_timeout + Duration::from_secs(15);
+    let revoke_wait = settings.revoke_wait();
     let kafka_err = |context, source| DispatcherError::Kafka { context, source };
     // One consumer per input topic, all in one group: see `consumer` for why.
     let mut consumers = Vec::with_capacity(inputs.len());
@@ -183,7 +185,11 @@ async fn dispatch(
             why: "too many tiers".into(),
         })?;
         // The ready queue gets the larger prefetch; a tier is mostly paused.
-        let prefetch_kb = if input.retry { "4096" } else { "16384" };
+        let prefetch_kb = if input.retry {
+            settings.kafka.tier_prefetch_kbytes
+        } else {
+            settings.kafka.ready_prefetch_kbytes
+        };
         let consumer: BaseConsumer<consumer::DispatchContext> = kafka::group_config(
             &config.common,
             "hookline-dispatcher",
@@ -191,15 +197,19 @@ async fn dispatch(
             Some(input.label),
         )?
         .set("enable.auto.commit", "true")
-        .set("auto.commit.interval.ms", "1000")
+        .set(
+            "auto.commit.interval.ms",
+            librdkafka::ms(librdkafka::AUTO_COMMIT_INTERVAL),
+        )
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("isolation.level", "read_committed")
-        .set("queued.max.messages.kbytes", prefetch_kb)
-        // A resumed tier partition joins the next fetch request, which waits
-        // for the broker's long poll of the others to return: this bounds
-        // how late a due retry is fetched (librdkafka's default is 500 ms).
-        .set("fetch.wait.max.ms", "100")
+        .set("queued.max.messages.kbytes", prefetch_kb.to_string())
+        // Bounds how late a resumed tier's due retry is fetched: see the flag.
+        .set(
+            "fetch.wait.max.ms",
+            librdkafka::ms(settings.kafka.fetch_wait_max),
+        )
         .create_with_context(consumer::DispatchContext::new(
             index,
             events_tx.clone(),
@@ -214,9 +224,12 @@ async fn dispatch(
     let producer: FutureProducer = kafka::client_config(&config.common, "hookline-dispatcher")?
         .set("enable.idempotence", "true")
         .set("acks", "all")
-        .set("linger.ms", "5")
-        .set("compression.type", "lz4")
-        .set("message.timeout.ms", "30000")
+        .set("linger.ms", librdkafka::ms(librdkafka::PRODUCER_LINGER))
+        .set("compression.type", librdkafka::PRODUCER_COMPRESSION)
+        .set(
+            "message.timeout.ms",
+            librdkafka::ms(librdkafka::PRODUCER_MESSAGE_TIMEOUT),
+        )
         .create()
         .map_err(|e| kafka_err("creating the producer", e))?;
     let ctx = Arc::new(attempt::AttemptContext {
@@ -277,10 +290,15 @@ async fn dispatch(
     futures::future::join_all(watches).await;
     consumer::Poller::stop_all(pollers).await;
     // Follow-ups are awaited before offsets finish; this only flushes stragglers.
-    let _ = tokio::task::spawn_blocking(move || {
+    let flushed = tokio::task::spawn_blocking(move || {
         use rdkafka::producer::Producer;
-        producer.flush(Duration::from_secs(5))
+        producer.flush(librdkafka::FLUSH_ON_EXIT)
     })
     .await;
+    match flushed {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => events::FlushFailed { error: &error }.emit(),
+        Err(error) => events::FlushFailed { error: &error }.emit(),
+    }
     Ok(())
 }

@@ -15,7 +15,11 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let common = &cli.config.common;
     hookline_runtime::telemetry::init_logging(&common.log, common.log_format)?;
-    let shutdown = hookline_runtime::shutdown::on_signals();
-    hookline_dispatcher::run(cli.config, shutdown).await?;
+    let signals = hookline_runtime::shutdown::on_signals();
+    let stage = hookline_dispatcher::run(cli.config, signals.token());
+    match signals.unless_forced(stage).await {
+        Ok(result) => result?,
+        Err(_) => std::process::exit(hookline_runtime::shutdown::FORCED_EXIT_CODE),
+    }
     Ok(())
 }

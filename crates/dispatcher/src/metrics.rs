@@ -1,19 +1,22 @@
 //! Recording of dispatcher metrics; the names live in `metric_names`. Labels come
-//! from fixed sets only: outcome (`hookline_core::OUTCOMES`), status class, topic
-//! label (`deliveries` or a tier name), tier, dead-letter or quarantine reason —
-//! never tenant, URL or ids.
+//! from fixed sets only, each the `as_str` of an enum: outcome
+//! (`hookline_core::Outcome`), status class (`StatusClass`), topic label
+//! (`deliveries` or a tier name), tier, dead-letter reason (`DeadReason`),
+//! quarantine reason, error kind (`events::ErrorKind`) — never tenant, URL or ids.
+//! Notable events are recorded through `events`, which also logs them.
 
 use std::time::Duration;
 
-use hookline_core::{status_class, Classification, OUTCOMES};
+use hookline_core::{Classification, FailureKind, Outcome};
 use hookline_envelope::QuarantineReason;
 use hookline_runtime::metric_names::{self as m, label};
 
+use crate::{events::ErrorKind, outcome::DeadReason};
+
 /// Zeroes labelled counters so dashboards show them before the first event.
 pub(crate) fn describe() {
-    for outcome in OUTCOMES {
-        let class = class_of_outcome(outcome);
-        metrics::counter!(m::DISPATCHER_ATTEMPTS, label::OUTCOME => *outcome, label::STATUS_CLASS => class)
+    for (outcome, class) in Outcome::labels() {
+        metrics::counter!(m::DISPATCHER_ATTEMPTS, label::OUTCOME => outcome, label::STATUS_CLASS => class.as_str())
             .absolute(0);
     }
     metrics::counter!(m::DISPATCHER_CANCELLED).absolute(0);
@@ -22,8 +25,12 @@ pub(crate) fn describe() {
     for reason in QuarantineReason::ALL {
         metrics::counter!(m::DISPATCHER_QUARANTINED, label::REASON => reason.as_str()).absolute(0);
     }
-    metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => crate::outcome::EXHAUSTED)
-        .absolute(0);
+    for reason in DeadReason::all() {
+        metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.as_str()).absolute(0);
+    }
+    for kind in ErrorKind::ALL {
+        metrics::counter!(m::DISPATCHER_ERRORS, label::KIND => kind.as_str()).absolute(0);
+    }
 }
 
 /// Zeroes the per-tier counters.
@@ -37,8 +44,8 @@ pub(crate) fn retry_written(tier: &str) {
     metrics::counter!(m::DISPATCHER_RETRIES_WRITTEN, label::TIER => tier.to_owned()).increment(1);
 }
 
-pub(crate) fn dead_letter(reason: &str) {
-    metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.to_owned()).increment(1);
+pub(crate) fn dead_letter(reason: DeadReason) {
+    metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.as_str()).increment(1);
 }
 
 pub(crate) fn retry_lateness(tier: &'static str, late: Duration) {
@@ -46,27 +53,20 @@ pub(crate) fn retry_lateness(tier: &'static str, late: Duration) {
         .record(late.as_secs_f64());
 }
 
-fn class_of_outcome(outcome: &str) -> &'static str {
-    match outcome.strip_prefix("http_").and_then(|c| c.chars().next()) {
-        Some('1') => "1xx",
-        Some('2') => "2xx",
-        Some('3') => "3xx",
-        Some('4') => "4xx",
-        Some('5') => "5xx",
-        Some('i') => "invalid",
-        _ => "none",
+pub(crate) fn attempt(c: &Classification, took: Duration) {
+    let outcome = c.outcome.as_str();
+    metrics::counter!(m::DISPATCHER_ATTEMPTS, label::OUTCOME => outcome, label::STATUS_CLASS => c.status_class().as_str())
+        .increment(1);
+    metrics::histogram!(m::DISPATCHER_ATTEMPT_DURATION, label::OUTCOME => outcome)
+        .record(took.as_secs_f64());
+    if c.outcome == Outcome::Failed(FailureKind::EgressDenied) {
+        metrics::counter!(m::DISPATCHER_EGRESS_DENIED).increment(1);
     }
 }
 
-pub(crate) fn attempt(c: &Classification, took: Duration) {
-    let class = c.status.map_or("none", status_class);
-    metrics::counter!(m::DISPATCHER_ATTEMPTS, label::OUTCOME => c.outcome, label::STATUS_CLASS => class)
-        .increment(1);
-    metrics::histogram!(m::DISPATCHER_ATTEMPT_DURATION, label::OUTCOME => c.outcome)
-        .record(took.as_secs_f64());
-    if c.outcome == "egress_denied" {
-        metrics::counter!(m::DISPATCHER_EGRESS_DENIED).increment(1);
-    }
+/// One error event without a counter of its own (see `events`).
+pub(crate) fn error(kind: ErrorKind) {
+    metrics::counter!(m::DISPATCHER_ERRORS, label::KIND => kind.as_str()).increment(1);
 }
 
 pub(crate) fn cancelled() {
@@ -125,12 +125,17 @@ pub(crate) fn gauges(g: &Gauges) {
 
 #[cfg(test)]
 mod tests {
+    use hookline_core::OUTCOMES;
+
     use super::*;
 
     #[test]
     fn every_outcome_has_a_known_class() {
-        for outcome in OUTCOMES {
-            let class = class_of_outcome(outcome);
+        let labels: Vec<_> = Outcome::labels().collect();
+        assert_eq!(labels.len(), OUTCOMES.len());
+        for (outcome, class) in labels {
+            assert!(OUTCOMES.contains(&outcome), "{outcome}");
+            let class = class.as_str();
             assert!(
                 ["1xx", "2xx", "3xx", "4xx", "5xx", "invalid", "none"].contains(&class),
                 "{outcome}"

@@ -14,7 +14,7 @@ use rdkafka::{
     Offset, TopicPartitionList,
 };
 
-use crate::{consumer::DispatchContext, part::Part};
+use crate::{consumer::DispatchContext, events, part::Part};
 
 #[derive(Debug, Default)]
 struct Tracked {
@@ -125,7 +125,7 @@ impl Offsets {
                 }
             }
             // A partition being handed over refuses stores; its new owner re-reads.
-            Err(error) => tracing::debug!(%error, "could not store offsets"),
+            Err(error) => events::OffsetStoreFailed { error: &error }.emit(),
         }
     }
 }
@@ -145,9 +145,9 @@ pub(crate) async fn commit_now(consumers: &[Arc<BaseConsumer<DispatchContext>>])
         Ok(errors) if errors.is_empty() => tracing::debug!("offsets committed"),
         Ok(errors) => {
             for error in errors {
-                tracing::warn!(%error, "commit failed; the next owner re-attempts from the last commit")
+                events::CommitFailed { error: &error }.emit()
             }
         }
-        Err(error) => tracing::warn!(%error, "commit task failed"),
+        Err(error) => events::CommitFailed { error: &error }.emit(),
     }
 }

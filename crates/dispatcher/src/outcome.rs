@@ -6,12 +6,36 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use hookline_core::{Classification, Ladder, RetryDecision, Verdict};
+use hookline_core::{Classification, Ladder, RejectReason, RetryDecision, Verdict};
 use hookline_envelope::{bounded_detail, DeadLetter, Delivery};
 
 /// The dead-letter reason of a delivery the ladder gave up on; which bound
 /// (`max_attempts`, `max_age`) starts its `detail`.
 pub(crate) const EXHAUSTED: &str = "exhausted";
+
+/// Why the dispatcher dead-letters a delivery: `DeadLetter.reason` and the
+/// `reason` label of the dead-letter counter are [`DeadReason::as_str`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum DeadReason {
+    /// The ladder gave up ([`EXHAUSTED`]).
+    Exhausted,
+    /// Refused without retrying (`rejected_4xx`, `redirect`, ...).
+    Rejected(RejectReason),
+}
+
+impl DeadReason {
+    /// Every reason the dispatcher writes, for pre-registering series.
+    pub(crate) fn all() -> impl Iterator<Item = Self> {
+        std::iter::once(Self::Exhausted).chain(RejectReason::ALL.into_iter().map(Self::Rejected))
+    }
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Exhausted => EXHAUSTED,
+            Self::Rejected(reason) => reason.as_str(),
+        }
+    }
+}
 
 /// How retries are scheduled: the ladder, and the version string stamped on every
 /// retry and dead letter it decides.
@@ -60,8 +84,11 @@ pub(crate) enum FollowUp {
     Done,
     /// Write `record` to retry tier `tier` (index into the ladder), then finish.
     Retry { tier: usize, record: Box<Delivery> },
-    /// Write the dead letter to the DLQ, then finish.
-    Dead(Box<DeadLetter>),
+    /// Write the dead letter (its `reason` is `reason.as_str()`) to the DLQ, then finish.
+    Dead {
+        reason: DeadReason,
+        letter: Box<DeadLetter>,
+    },
 }
 
 /// When and how an attempt went, for the follow-up records.
@@ -86,15 +113,16 @@ pub(crate) fn plan(
 ) -> FollowUp {
     let c = &facts.classification;
     let attempted = after_attempt(delivery, facts);
-    let dead = |delivery: Delivery, reason: &str, detail: Option<String>| {
-        FollowUp::Dead(Box::new(DeadLetter {
+    let dead = |delivery: Delivery, reason: DeadReason, detail: Option<String>| FollowUp::Dead {
+        reason,
+        letter: Box::new(DeadLetter {
             delivery,
-            reason: reason.to_owned(),
+            reason: reason.as_str().to_owned(),
             last_status: c.status.map(i32::from),
             dead_at: facts.now_ms,
             policy_version: policy.version.clone(),
             detail: detail.as_deref().map(bounded_detail),
-        }))
+        }),
     };
     match c.verdict {
         Verdict::Delivered => FollowUp::Done,
@@ -128,13 +156,15 @@ pub(crate) fn plan(
                         detail.push_str(": ");
                         detail.push_str(d);
                     }
-                    dead(attempted, EXHAUSTED, Some(detail))
+                    dead(attempted, DeadReason::Exhausted, Some(detail))
                 }
             }
         }
-        Verdict::Rejected { reason } => {
-            dead(attempted, reason.as_str(), facts.detail.map(str::to_owned))
-        }
+        Verdict::Rejected { reason } => dead(
+            attempted,
+            DeadReason::Rejected(reason),
+            facts.detail.map(str::to_owned),
+        ),
     }
 }
 
@@ -144,7 +174,7 @@ fn after_attempt(delivery: &Delivery, facts: &AttemptFacts<'_>) -> Delivery {
     next.attempt = next.attempt.saturating_add(1);
     next.first_attempt_at = Some(next.first_attempt_at.unwrap_or(facts.started_ms));
     next.last_attempt_at = Some(facts.started_ms);
-    next.last_outcome = Some(facts.classification.outcome.to_owned());
+    next.last_outcome = Some(facts.classification.outcome.as_str().to_owned());
     next
 }
 
@@ -321,7 +351,7 @@ mod tests {
             let mut d = delivery();
             d.attempt = made;
             d.first_attempt_at = Some(STARTED - age);
-            let FollowUp::Dead(dl) = plan(&d, &facts(status(503)), &p, 0.0) else {
+            let FollowUp::Dead { letter: dl, .. } = plan(&d, &facts(status(503)), &p, 0.0) else {
                 panic!("{sub}: expected a dead letter");
             };
             assert_eq!(dl.reason, EXHAUSTED);
@@ -356,7 +386,8 @@ mod tests {
         ];
         let p = policy();
         for (result, reason, last_status) in cases {
-            let FollowUp::Dead(dl) = plan(&delivery(), &facts(result), &p, 0.0) else {
+            let FollowUp::Dead { letter: dl, .. } = plan(&delivery(), &facts(result), &p, 0.0)
+            else {
                 panic!("{reason}: expected a dead letter");
             };
             assert_eq!(dl.reason, reason);
@@ -366,6 +397,41 @@ mod tests {
             assert_eq!(dl.detail.as_deref(), Some("detail"));
             assert_eq!(dl.policy_version, p.version());
         }
+    }
+
+    #[test]
+    fn the_dead_reason_is_the_letters_reason() {
+        let tiers = vec![Tier::new("a", Duration::from_secs(1))];
+        let p = RetryPolicy::new(
+            Ladder::new(tiers, 1, Duration::from_secs(60), Duration::ZERO).unwrap(),
+        );
+        let cases = [
+            (status(503), DeadReason::Exhausted),
+            (
+                status(404),
+                DeadReason::Rejected(hookline_core::RejectReason::Http4xx),
+            ),
+        ];
+        for (result, want) in cases {
+            let FollowUp::Dead { reason, letter } = plan(&delivery(), &facts(result), &p, 0.0)
+            else {
+                panic!("{want:?}: expected a dead letter");
+            };
+            assert_eq!(reason, want);
+            assert_eq!(letter.reason, want.as_str());
+        }
+        let labels: Vec<&str> = DeadReason::all().map(DeadReason::as_str).collect();
+        assert_eq!(
+            labels,
+            [
+                "exhausted",
+                "rejected_4xx",
+                "redirect",
+                "egress_denied",
+                "payload_too_large",
+                "invalid_url"
+            ]
+        );
     }
 
     #[test]

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     attempt::{produce_until_durable, AttemptContext, Finished},
-    metrics,
+    events,
 };
 
 /// In-flight quarantine writes per partition at which the partition is paused
@@ -39,14 +39,12 @@ pub(crate) async fn run(
     let finished =
         produce_until_durable(&ctx.producer, topic, record.key.as_deref(), &value, &cancel).await;
     if finished == Finished::Durable {
-        metrics::quarantined(reason);
-        tracing::debug!(
-            %topic,
-            source_topic = %record.source_topic,
-            source_partition = record.source_partition,
-            source_offset = record.source_offset,
-            "quarantined record acknowledged"
-        );
+        events::Quarantined {
+            topic,
+            record: &record,
+            reason,
+        }
+        .emit();
     }
     finished
 }

@@ -55,10 +55,12 @@ async fn main() -> ExitCode {
             eprintln!("error: {e}");
             return exit(EXIT_USAGE);
         }
-        let shutdown = hookline_runtime::shutdown::on_signals();
-        return match hookline_dlq_sink::run(cli.config.clone(), shutdown).await {
-            Ok(()) => exit(EXIT_OK),
-            Err(e) => {
+        let signals = hookline_runtime::shutdown::on_signals();
+        let stage = hookline_dlq_sink::run(cli.config.clone(), signals.token());
+        return match signals.unless_forced(stage).await {
+            Ok(Ok(())) => exit(EXIT_OK),
+            Err(_) => std::process::exit(hookline_runtime::shutdown::FORCED_EXIT_CODE),
+            Ok(Err(e)) => {
                 eprintln!("error: {}", chain(&e));
                 exit(e.exit_code())
             }

@@ -48,6 +48,9 @@ pub enum RuntimeError {
     /// Tracing could not be initialised.
     #[error("cannot initialise logging: {0}")]
     Logging(String),
+    /// A second shutdown signal arrived while draining; the drain was given up.
+    #[error("second signal; exiting without draining")]
+    Forced,
 }
 
 impl RuntimeError {

@@ -126,6 +126,34 @@ const OWNED_GROUP_SETTINGS: &[(&str, &str)] = &[
 /// The broker's default `group.max.session.timeout.ms`; longer is refused by it.
 const MAX_SESSION_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
+/// librdkafka's default `max.poll.interval.ms`.
+pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(300);
+
+/// The `max.poll.interval.ms` every group consumer runs with: the last
+/// `-X max.poll.interval.ms=…` (the one librdkafka keeps), else librdkafka's
+/// default. A consumer that does not poll for this long (a rebalance callback
+/// that blocks, say) leaves its group.
+pub fn max_poll_interval(common: &CommonArgs) -> Result<Duration, RuntimeError> {
+    let set = common
+        .kafka_overrides()?
+        .into_iter()
+        .rev()
+        .find(|(key, _)| key == "max.poll.interval.ms");
+    let Some((_, value)) = set else {
+        return Ok(DEFAULT_MAX_POLL_INTERVAL);
+    };
+    value
+        .trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+        .ok_or_else(|| RuntimeError::Flag {
+            flag: "-X max.poll.interval.ms",
+            why: format!("`{value}` is not a positive whole number of milliseconds"),
+        })
+}
+
 /// The configuration of one group consumer: [`client_config`], then the
 /// group, the assignor ([`ASSIGNMENT_STRATEGY`]), the session timeout from
 /// `--group-session-timeout` with a heartbeat a tenth of it (a dead member is
@@ -176,6 +204,17 @@ pub fn check_group_flags(common: &CommonArgs) -> Result<(), RuntimeError> {
         return Err(RuntimeError::Flag {
             flag: "--group-session-timeout / HOOKLINE_GROUP_SESSION_TIMEOUT",
             why: format!("{session:?} is outside 1s..30m (brokers accept 6s..30m by default)"),
+        });
+    }
+    // librdkafka refuses this too, but naming neither flag.
+    let poll = max_poll_interval(common)?;
+    if poll < session {
+        return Err(RuntimeError::Flag {
+            flag: "-X max.poll.interval.ms",
+            why: format!(
+                "{poll:?} is shorter than --group-session-timeout / \
+                 HOOKLINE_GROUP_SESSION_TIMEOUT {session:?}; raise it or lower the session timeout"
+            ),
         });
     }
     if common.consumer_stall_timeout < Duration::from_secs(1) {
@@ -331,4 +370,61 @@ pub fn quarantined_headers<M: Message>(msg: &M) -> Vec<QuarantinedHeader> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        common: CommonArgs,
+    }
+
+    fn common(args: &[&str]) -> CommonArgs {
+        Cli::try_parse_from(std::iter::once("hookline").chain(args.iter().copied()))
+            .unwrap()
+            .common
+    }
+
+    #[test]
+    fn the_poll_interval_is_librdkafkas_default_or_the_last_x_entry() {
+        assert_eq!(
+            max_poll_interval(&common(&[])).unwrap(),
+            DEFAULT_MAX_POLL_INTERVAL
+        );
+        let c = common(&[
+            "-X",
+            "max.poll.interval.ms=60000",
+            "-X",
+            "max.poll.interval.ms=90000",
+        ]);
+        assert_eq!(max_poll_interval(&c).unwrap(), Duration::from_secs(90));
+        for bad in ["soon", "0", "-5"] {
+            let c = common(&["-X", &format!("max.poll.interval.ms={bad}")]);
+            let err = max_poll_interval(&c).unwrap_err().to_string();
+            assert!(err.contains("-X max.poll.interval.ms"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_poll_interval_shorter_than_the_session_is_refused_naming_both() {
+        assert!(check_group_flags(&common(&[])).is_ok());
+        let ok = common(&["-X", "max.poll.interval.ms=10000"]);
+        assert!(check_group_flags(&ok).is_ok(), "equal to the 10s session");
+        let short = common(&["-X", "max.poll.interval.ms=9999"]);
+        let err = check_group_flags(&short).unwrap_err().to_string();
+        assert!(err.contains("-X max.poll.interval.ms"), "{err}");
+        assert!(err.contains("--group-session-timeout"), "{err}");
+        let longer_session = common(&[
+            "--group-session-timeout",
+            "2m",
+            "-X",
+            "max.poll.interval.ms=60000",
+        ]);
+        assert!(check_group_flags(&longer_session).is_err());
+    }
 }

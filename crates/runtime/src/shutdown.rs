@@ -1,24 +1,61 @@
 //! Turns SIGTERM and Ctrl-C into a cancellation token, so every task stops
-//! taking work through the same signal. A second signal exits at once.
+//! taking work through the same signal. A second signal ends the wait for the
+//! drain with [`RuntimeError::Forced`]; the binary exits then (the library never
+//! exits the process itself).
 
 use tokio_util::sync::CancellationToken;
 
-/// Returns a token cancelled on the first SIGTERM or SIGINT.
-///
-/// A second signal while draining terminates the process with status 130, for
-/// an operator who does not want to wait for the grace period.
-pub fn on_signals() -> CancellationToken {
-    let token = CancellationToken::new();
-    let trigger = token.clone();
+use crate::RuntimeError;
+
+/// The exit status of a process a second signal stopped while it drained
+/// (128 + SIGINT, as shells report an interrupted command).
+pub const FORCED_EXIT_CODE: i32 = 130;
+
+/// The shutdown signals of the process: the first cancels [`Signals::token`],
+/// the second forces [`Signals::unless_forced`] to give up on the drain.
+#[derive(Debug, Clone)]
+pub struct Signals {
+    drain: CancellationToken,
+    forced: CancellationToken,
+}
+
+impl Signals {
+    /// The token cancelled on the first signal: hand it to the stage.
+    pub fn token(&self) -> CancellationToken {
+        self.drain.clone()
+    }
+
+    /// Runs `stage` to its end, unless a second signal comes first: then
+    /// [`RuntimeError::Forced`], for an operator who does not want to wait for
+    /// the grace period; `main` exits with [`FORCED_EXIT_CODE`] at once.
+    pub async fn unless_forced<T>(
+        &self,
+        stage: impl std::future::Future<Output = T>,
+    ) -> Result<T, RuntimeError> {
+        tokio::select! {
+            out = stage => Ok(out),
+            _ = self.forced.cancelled() => Err(RuntimeError::Forced),
+        }
+    }
+}
+
+/// Listens for SIGTERM and SIGINT: the first cancels the token, the second
+/// forces the exit (see [`Signals`]).
+pub fn on_signals() -> Signals {
+    let signals = Signals {
+        drain: CancellationToken::new(),
+        forced: CancellationToken::new(),
+    };
+    let trigger = signals.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("shutdown requested; draining");
-        trigger.cancel();
+        trigger.drain.cancel();
         wait_for_signal().await;
         tracing::warn!("second signal; exiting without draining");
-        std::process::exit(130);
+        trigger.forced.cancel();
     });
-    token
+    signals
 }
 
 async fn wait_for_signal() {
@@ -89,6 +126,36 @@ mod tests {
         let out = within_grace(stage, &stop, Duration::from_secs(5), || drained = true).await;
         assert_eq!(out, Some(7));
         assert!(drained);
+    }
+
+    fn signals() -> Signals {
+        Signals {
+            drain: CancellationToken::new(),
+            forced: CancellationToken::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stage_that_drains_is_not_forced() {
+        let s = signals();
+        s.drain.cancel();
+        let stage = tokio::time::sleep(Duration::from_secs(5));
+        assert!(s.unless_forced(stage).await.is_ok());
+        assert!(s.token().is_cancelled());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_second_signal_returns_forced_instead_of_exiting() {
+        let s = signals();
+        s.drain.cancel();
+        let forced = s.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            forced.forced.cancel();
+        });
+        let stage = tokio::time::sleep(Duration::from_secs(60));
+        let got = s.unless_forced(stage).await;
+        assert!(matches!(got, Err(RuntimeError::Forced)), "{got:?}");
     }
 
     #[tokio::test(start_paused = true)]

@@ -40,7 +40,9 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use crate::part::Input;
 use crate::{
     attempt::{self, AttemptContext, Finished, Target},
+    config::DRAIN_SLACK,
     consumer::{Command, Consumers, FromKafka},
+    events,
     machine::{Action, Directory, GateAction, Intake, Machine, Note},
     metrics,
     part::{Key, Part},
@@ -51,8 +53,6 @@ const LOOP: &str = "dispatcher";
 const TICK: Duration = Duration::from_millis(200);
 /// Gauges are refreshed every this many ticks.
 const GAUGE_TICKS: u32 = 5;
-/// Time for a follow-up produce after the request timeout, when draining.
-const DRAIN_SLACK: Duration = Duration::from_secs(5);
 /// Added to a due time before sleeping on it, so the wall clock has surely passed
 /// it when the refetched head is checked (the sleep runs on the monotonic clock).
 const WAKE_SLACK: Duration = Duration::from_millis(2);
@@ -219,13 +219,13 @@ impl Engine {
                     self.machine.rewound(part, generation, done);
                 }
             }
-            FromKafka::Error(error) => tracing::warn!(%error, "consumer error"),
+            FromKafka::Error(error) => events::ConsumerError { error: &error }.emit(),
         }
     }
 
     fn on_message(&mut self, msg: &OwnedMessage) {
         let Some(part) = self.machine.part(msg.topic(), msg.partition()) else {
-            tracing::warn!(topic = msg.topic(), "message from an unexpected topic");
+            events::UnexpectedTopic { topic: msg.topic() }.emit();
             return;
         };
         let intake = self.machine.on_record(
@@ -304,7 +304,7 @@ impl Engine {
             }
         }
         for note in self.machine.take_notes() {
-            emit(note);
+            emit(note, &self.topics);
         }
     }
 
@@ -322,7 +322,11 @@ impl Engine {
             epoch: self.epochs[input],
         };
         if self.commands[input].send(command).is_err() {
-            tracing::debug!(?part, "poller gone; not rewinding");
+            events::PollerGone {
+                part: &part,
+                skipped: "rewinding",
+            }
+            .emit();
         }
     }
 
@@ -337,7 +341,12 @@ impl Engine {
             consumer.resume(&tpl)
         };
         if let Err(error) = result {
-            tracing::warn!(?part, pause, %error, "cannot pause/resume a partition");
+            events::PauseFailed {
+                part: &part,
+                pause,
+                error: &error,
+            }
+            .emit();
         }
     }
 
@@ -386,24 +395,31 @@ impl Engine {
 }
 
 /// Counts and logs one note of the machine.
-fn emit(note: Note) {
+fn emit(note: Note, topics: &[String]) {
     match note {
-        Note::NotAssigned(part, offset) => {
-            tracing::warn!(
-                ?part,
-                offset,
-                "skipping a record of a partition not assigned here"
-            )
+        Note::NotAssigned(part, offset) => events::NotAssigned {
+            part: &part,
+            offset,
         }
-        Note::AlreadyTracked(part, offset) => {
-            tracing::warn!(?part, offset, "skipping a record already tracked")
+        .emit(),
+        Note::AlreadyTracked(part, offset) => events::AlreadyTracked {
+            topic: &topics[usize::from(part.input)],
+            partition: part.partition,
+            offset,
+            error: &"the watermark tracks this offset already",
         }
-        Note::LanesRefused(error) => {
-            tracing::error!(%error, "lanes refused a record or a completion")
+        .emit(),
+        Note::LanesRefusedRecord(error) => events::LanesRefusedRecord { error: &error }.emit(),
+        Note::LanesRefusedCompletion(error) => {
+            events::LanesRefusedCompletion { error: &error }.emit()
         }
-        Note::WatermarkRefused(part, offset, error) => {
-            tracing::error!(?part, offset, %error, "watermark refused a finish")
+        Note::StartedNotQueued(key) => events::StartedNotHeld { key: &key }.emit(),
+        Note::WatermarkRefused(part, offset, error) => events::WatermarkRefused {
+            part: &part,
+            offset,
+            error: &error,
         }
+        .emit(),
         Note::Cancelled {
             delivery_id,
             subscription_id,
@@ -411,9 +427,7 @@ fn emit(note: Note) {
             metrics::cancelled();
             tracing::info!(%delivery_id, %subscription_id, "subscription disabled or deleted; delivery cancelled");
         }
-        Note::Panicked(key) => {
-            tracing::error!(?key, "attempt task panicked; the delivery is queued again")
-        }
+        Note::Panicked(key) => events::AttemptPanicked { key: &key }.emit(),
         Note::RetryLate { label, late } => metrics::retry_lateness(label, late),
     }
 }

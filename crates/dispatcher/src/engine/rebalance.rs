@@ -4,12 +4,13 @@
 //! whoever reads it next.
 
 use crate::{
+    config::DRAIN_SLACK,
     consumer::TopicPartition,
     offsets,
     part::{Key, Part},
 };
 
-use super::{Engine, DRAIN_SLACK, LOOP};
+use super::{Engine, LOOP};
 
 impl Engine {
     /// Hands partitions of `input`'s consumer over: drop their queued records,

@@ -78,8 +78,12 @@ pub(crate) enum Note {
     NotAssigned(Part, i64),
     /// A record whose offset is already tracked (dropped).
     AlreadyTracked(Part, i64),
-    /// The lanes refused a record or a completion (a bug: the record stays unfinished).
-    LanesRefused(String),
+    /// The lanes refused a record (a bug: the record stays unfinished).
+    LanesRefusedRecord(String),
+    /// The lanes refused a completion (a bug).
+    LanesRefusedCompletion(String),
+    /// The lanes started a record that is not queued (a bug).
+    StartedNotQueued(Key),
     /// The watermark refused a finish (a bug: the committed offset waits).
     WatermarkRefused(Part, i64, String),
     /// A delivery whose subscription is disabled or deleted was completed as cancelled.
@@ -285,7 +289,7 @@ impl Machine {
                 }
             }
             // Unreachable: the watermark refused duplicates already.
-            Err(error) => self.notes.push(Note::LanesRefused(error.to_string())),
+            Err(error) => self.notes.push(Note::LanesRefusedRecord(error.to_string())),
         }
     }
 
@@ -325,7 +329,8 @@ impl Machine {
         match run {
             Running::Attempt { started, .. } => {
                 if let Err(error) = self.lanes.complete(started) {
-                    self.notes.push(Note::LanesRefused(error.to_string()));
+                    self.notes
+                        .push(Note::LanesRefusedCompletion(error.to_string()));
                 }
             }
             Running::Quarantine => {

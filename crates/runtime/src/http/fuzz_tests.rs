@@ -641,8 +641,11 @@ fn check(
                 retry_after: incoming.retry_after.clone(),
             };
             let c = classify(&attempt, std::time::SystemTime::now());
-            prop_assert!(OUTCOMES.contains(&c.outcome));
-            *stats.answered_outcomes.entry(c.outcome).or_default() += 1;
+            prop_assert!(OUTCOMES.contains(&c.outcome.as_str()));
+            *stats
+                .answered_outcomes
+                .entry(c.outcome.as_str())
+                .or_default() += 1;
             stats.capped += u64::from(incoming.body.len() == MAX_RESPONSE_BYTES);
             "answered".to_owned()
         }
@@ -651,7 +654,7 @@ fn check(
                 &AttemptResult::Failed(failure.kind),
                 std::time::SystemTime::now(),
             );
-            prop_assert!(OUTCOMES.contains(&c.outcome));
+            prop_assert!(OUTCOMES.contains(&c.outcome.as_str()));
             // A listening loopback peer: no DNS, TLS, egress or connect failure is possible.
             let plausible = match case.end {
                 End::Close | End::Reset => {

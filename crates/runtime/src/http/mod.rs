@@ -43,16 +43,48 @@ pub struct HttpSettings {
     pub extra_roots: Vec<CertificateDer<'static>>,
 }
 
+/// The defaults of [`HttpSettings`], the one home of them: the dispatcher's
+/// flags default to the `*_TEXT` forms, made from the same literal as the value.
+pub mod defaults {
+    use std::time::Duration;
+
+    macro_rules! seconds {
+        ($(#[$doc:meta])* $value:ident, $text:ident = $secs:literal) => {
+            $(#[$doc])*
+            pub const $value: Duration = Duration::from_secs($secs);
+            #[doc = concat!("[`", stringify!($value), "`] as a flag default: `", $secs, "s`.")]
+            pub const $text: &str = concat!($secs, "s");
+        };
+    }
+
+    seconds!(
+        /// Longest wait for a TCP connection.
+        CONNECT_TIMEOUT, CONNECT_TIMEOUT_TEXT = 5
+    );
+    seconds!(
+        /// Longest a whole attempt may take.
+        REQUEST_TIMEOUT, REQUEST_TIMEOUT_TEXT = 15
+    );
+    seconds!(
+        /// Idle keep-alive connections are closed after this long.
+        POOL_IDLE_TIMEOUT, POOL_IDLE_TIMEOUT_TEXT = 90
+    );
+    /// Most bytes of a response body read.
+    pub const MAX_RESPONSE_BYTES: usize = 4096;
+    /// Most idle connections kept per host.
+    pub const POOL_MAX_IDLE_PER_HOST: usize = 32;
+}
+
 impl Default for HttpSettings {
     fn default() -> Self {
         Self {
-            connect_timeout: Duration::from_secs(5),
-            request_timeout: Duration::from_secs(30),
-            max_response_bytes: 4096,
+            connect_timeout: defaults::CONNECT_TIMEOUT,
+            request_timeout: defaults::REQUEST_TIMEOUT,
+            max_response_bytes: defaults::MAX_RESPONSE_BYTES,
             allow_http: false,
             egress: EgressPolicy::default(),
-            pool_idle_timeout: Duration::from_secs(90),
-            pool_max_idle_per_host: 32,
+            pool_idle_timeout: defaults::POOL_IDLE_TIMEOUT,
+            pool_max_idle_per_host: defaults::POOL_MAX_IDLE_PER_HOST,
             extra_roots: Vec::new(),
         }
     }

@@ -1,6 +1,7 @@
 //! The dispatcher stage.
 
-/// Attempts by outcome (bounded, see `hookline_core::OUTCOMES`) and status class.
+/// Attempts by outcome (bounded, see `hookline_core::OUTCOMES`) and status class
+/// (`hookline_core::StatusClass`: `1xx`..`5xx`, `invalid`, `none`).
 pub const DISPATCHER_ATTEMPTS: &str = "hookline_dispatcher_attempts_total";
 /// Time of one attempt: connect, send, read the capped response.
 pub const DISPATCHER_ATTEMPT_DURATION: &str = "hookline_dispatcher_attempt_duration_seconds";
@@ -22,6 +23,12 @@ pub const DISPATCHER_EGRESS_DENIED: &str = "hookline_dispatcher_egress_denied_to
 /// Follow-up records (retry, dead letter, quarantined record) whose produce
 /// failed and is retried.
 pub const DISPATCHER_FOLLOW_UP_ERRORS: &str = "hookline_dispatcher_follow_up_errors_total";
+/// Error events of the dispatcher that have no counter of their own, by `kind`
+/// (a fixed set: `commit_failed`, `offset_store_failed`, `watermark_refused`,
+/// `attempt_panicked`, `consumer_error`, `pause_failed`, `no_retry_tier`,
+/// `secret_unavailable`, ...; see the dispatcher's `events` module). Each is also
+/// logged; a steady rate of any kind is worth a look.
+pub const DISPATCHER_ERRORS: &str = "hookline_dispatcher_errors_total";
 /// Records on `deliveries` or a retry tier that are not a `Delivery`, written to
 /// `events.quarantine`, by reason (`not_avro`, `unknown_fingerprint`,
 /// `wrong_record`, `bad_datum`); counted once the quarantine write is acknowledged.
@@ -98,6 +105,10 @@ pub(super) fn describe() {
     metrics::describe_counter!(
         DISPATCHER_EGRESS_DENIED,
         "Attempts refused by the egress policy."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_ERRORS,
+        "Error events of the dispatcher (each also logged), by kind."
     );
     metrics::describe_counter!(
         DISPATCHER_FOLLOW_UP_ERRORS,

@@ -17,6 +17,8 @@ pub mod label {
     pub const REASON: &str = "reason";
     /// A stage's group consumer (`events`, `deliveries`, a tier, `dead-letters`).
     pub const CONSUMER: &str = "consumer";
+    /// A bounded kind of error event (`commit_failed`, `attempt_panicked`, ...).
+    pub const KIND: &str = "kind";
 }
 
 /// Always 1, with the stage and version as labels.

@@ -1,0 +1,692 @@
+//! The dispatcher's notable events, one struct each, as Vector's
+//! `internal_events`: `emit()` both logs the event and counts it, so no error
+//! path or skip is invisible to the dashboards. Error events without a counter
+//! of their own count in `hookline_dispatcher_errors_total{kind}`, `kind` from
+//! the fixed [`ErrorKind`] set; the others keep the counter dashboards already
+//! read (attempts, follow-up errors, dead letters, retries, quarantined).
+//!
+//! Fields that name engine-side types (a partition, a lane key, an error) are
+//! taken as `&dyn Debug` / `&dyn Display`, so an event does not tie this module
+//! to how the engine spells them.
+
+use std::{
+    fmt::{Debug, Display},
+    time::Duration,
+};
+
+use hookline_core::Verdict;
+use hookline_envelope::{Delivery, QuarantineReason, QuarantinedEvent};
+
+use crate::{
+    metrics,
+    outcome::{AttemptFacts, DeadReason},
+};
+
+/// The `kind` label of `hookline_dispatcher_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum ErrorKind {
+    /// The ladder picked a tier that has no topic.
+    NoRetryTier,
+    /// A subscription's `secret_ref` cannot be loaded (the attempt retries).
+    SecretUnavailable,
+    /// The producer did not flush on exit.
+    FlushFailed,
+    /// A record from a topic the dispatcher does not consume.
+    UnexpectedTopic,
+    /// A record of a partition not assigned here (dropped; its owner reads it).
+    NotAssigned,
+    /// A record at an offset already tracked (a refetch the watermark refused).
+    AlreadyTracked,
+    /// The lanes refused a record (it is dropped from the buffer, refetched later).
+    LanesRefusedRecord,
+    /// The lanes refused a completion.
+    LanesRefusedCompletion,
+    /// The lanes started a record the engine does not hold.
+    StartedNotHeld,
+    /// An attempt task panicked; its delivery is queued again.
+    AttemptPanicked,
+    /// The consumer reported an error.
+    ConsumerError,
+    /// A partition could not be paused.
+    PauseFailed,
+    /// A partition could not be resumed.
+    ResumeFailed,
+    /// The poller thread of a consumer is gone.
+    PollerGone,
+    /// Offsets could not be stored (a partition being handed over refuses them).
+    OffsetStoreFailed,
+    /// An offset commit failed; the next owner re-attempts from the last commit.
+    CommitFailed,
+    /// The watermark refused to finish an offset.
+    WatermarkRefused,
+    /// The engine did not confirm a revoke within the revoke wait.
+    RevokeNotConfirmed,
+    /// A partition could not be paused or sought back to a head not yet due.
+    RewindFailed,
+}
+
+impl ErrorKind {
+    /// Every kind, for pre-registering the series.
+    pub(crate) const ALL: [Self; 19] = [
+        Self::NoRetryTier,
+        Self::SecretUnavailable,
+        Self::FlushFailed,
+        Self::UnexpectedTopic,
+        Self::NotAssigned,
+        Self::AlreadyTracked,
+        Self::LanesRefusedRecord,
+        Self::LanesRefusedCompletion,
+        Self::StartedNotHeld,
+        Self::AttemptPanicked,
+        Self::ConsumerError,
+        Self::PauseFailed,
+        Self::ResumeFailed,
+        Self::PollerGone,
+        Self::OffsetStoreFailed,
+        Self::CommitFailed,
+        Self::WatermarkRefused,
+        Self::RevokeNotConfirmed,
+        Self::RewindFailed,
+    ];
+
+    /// The metric label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::NoRetryTier => "no_retry_tier",
+            Self::SecretUnavailable => "secret_unavailable",
+            Self::FlushFailed => "flush_failed",
+            Self::UnexpectedTopic => "unexpected_topic",
+            Self::NotAssigned => "not_assigned",
+            Self::AlreadyTracked => "already_tracked",
+            Self::LanesRefusedRecord => "lanes_refused_record",
+            Self::LanesRefusedCompletion => "lanes_refused_completion",
+            Self::StartedNotHeld => "started_not_held",
+            Self::AttemptPanicked => "attempt_panicked",
+            Self::ConsumerError => "consumer_error",
+            Self::PauseFailed => "pause_failed",
+            Self::ResumeFailed => "resume_failed",
+            Self::PollerGone => "poller_gone",
+            Self::OffsetStoreFailed => "offset_store_failed",
+            Self::CommitFailed => "commit_failed",
+            Self::WatermarkRefused => "watermark_refused",
+            Self::RevokeNotConfirmed => "revoke_not_confirmed",
+            Self::RewindFailed => "rewind_failed",
+        }
+    }
+}
+
+// --- attempt.rs, quarantine.rs, lib.rs -------------------------------------
+
+/// An attempt ended: its outcome is logged (debug when delivered, info when a
+/// retry follows, warn when rejected) and counted by outcome and status class.
+pub(crate) struct AttemptEnded<'a> {
+    pub delivery: &'a Delivery,
+    pub facts: &'a AttemptFacts<'a>,
+    /// Measured on the monotonic clock.
+    pub took: Duration,
+}
+
+impl AttemptEnded<'_> {
+    pub(crate) fn emit(self) {
+        let d = self.delivery;
+        let c = &self.facts.classification;
+        let outcome = c.outcome.as_str();
+        let took_ms = self.facts.now_ms - self.facts.started_ms;
+        match c.verdict {
+            Verdict::Delivered => tracing::debug!(
+                delivery_id = %d.delivery_id,
+                outcome,
+                took_ms,
+                "delivered"
+            ),
+            Verdict::Retry { .. } => tracing::info!(
+                delivery_id = %d.delivery_id,
+                subscription_id = %d.subscription_id,
+                attempt = d.attempt + 1,
+                outcome,
+                took_ms,
+                "attempt failed; scheduling a retry"
+            ),
+            Verdict::Rejected { reason } => tracing::warn!(
+                delivery_id = %d.delivery_id,
+                subscription_id = %d.subscription_id,
+                outcome,
+                reason = reason.as_str(),
+                "attempt rejected; dead-lettering"
+            ),
+        }
+        metrics::attempt(c, self.took);
+    }
+}
+
+/// A delivery cannot be signed: its secret is not loaded (the attempt is a
+/// `missing_secret` failure and retries).
+pub(crate) struct SecretUnavailable<'a> {
+    pub delivery: &'a Delivery,
+    pub error: &'a dyn Display,
+}
+
+impl SecretUnavailable<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(
+            delivery_id = %self.delivery.delivery_id,
+            subscription_id = %self.delivery.subscription_id,
+            error = %self.error,
+            "cannot sign: secret unavailable"
+        );
+        metrics::error(ErrorKind::SecretUnavailable);
+    }
+}
+
+/// The ladder picked a tier with no topic; the record stays unfinished.
+pub(crate) struct NoSuchRetryTier {
+    pub tier: usize,
+}
+
+impl NoSuchRetryTier {
+    pub(crate) fn emit(self) {
+        tracing::error!(
+            tier = self.tier,
+            "no such retry tier; leaving the record unfinished"
+        );
+        metrics::error(ErrorKind::NoRetryTier);
+    }
+}
+
+/// A follow-up record (retry, dead letter, quarantined record) was not
+/// acknowledged; it is produced again after `backoff`.
+pub(crate) struct FollowUpFailed<'a> {
+    pub topic: &'a str,
+    pub error: &'a dyn Display,
+    pub backoff: Duration,
+}
+
+impl FollowUpFailed<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(
+            topic = %self.topic,
+            error = %self.error,
+            backoff = ?self.backoff,
+            "cannot write the follow-up record; retrying"
+        );
+        metrics::follow_up_failed();
+    }
+}
+
+/// A retry record is durable on its tier.
+pub(crate) struct RetryWritten<'a> {
+    pub tier: &'a str,
+    pub delivery: &'a Delivery,
+}
+
+impl RetryWritten<'_> {
+    pub(crate) fn emit(self) {
+        tracing::debug!(
+            delivery_id = %self.delivery.delivery_id,
+            tier = self.tier,
+            "retry record written"
+        );
+        metrics::retry_written(self.tier);
+    }
+}
+
+/// A dead letter is durable on the DLQ.
+pub(crate) struct DeadLettered<'a> {
+    pub reason: DeadReason,
+    pub delivery: &'a Delivery,
+}
+
+impl DeadLettered<'_> {
+    pub(crate) fn emit(self) {
+        tracing::debug!(
+            delivery_id = %self.delivery.delivery_id,
+            reason = self.reason.as_str(),
+            "dead letter written"
+        );
+        metrics::dead_letter(self.reason);
+    }
+}
+
+/// A record that is not a `Delivery` is durable on the quarantine topic.
+pub(crate) struct Quarantined<'a> {
+    pub topic: &'a str,
+    pub record: &'a QuarantinedEvent,
+    pub reason: QuarantineReason,
+}
+
+impl Quarantined<'_> {
+    pub(crate) fn emit(self) {
+        tracing::debug!(
+            topic = %self.topic,
+            source_topic = %self.record.source_topic,
+            source_partition = self.record.source_partition,
+            source_offset = self.record.source_offset,
+            reason = self.reason.as_str(),
+            "quarantined record acknowledged"
+        );
+        metrics::quarantined(self.reason);
+    }
+}
+
+/// The producer did not flush on exit (follow-ups that matter were awaited
+/// before their offsets finished; stragglers are re-attempted by the next owner).
+pub(crate) struct FlushFailed<'a> {
+    pub error: &'a dyn Display,
+}
+
+impl FlushFailed<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(error = %self.error, "cannot flush the producer on exit");
+        metrics::error(ErrorKind::FlushFailed);
+    }
+}
+
+// --- engine/ and machine/ ----------------------------------------------------
+
+/// A record from a topic the dispatcher does not consume; skipped.
+pub(crate) struct UnexpectedTopic<'a> {
+    pub topic: &'a str,
+}
+
+impl UnexpectedTopic<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(topic = self.topic, "message from an unexpected topic");
+        metrics::error(ErrorKind::UnexpectedTopic);
+    }
+}
+
+/// A record of a partition not assigned here; skipped (its owner reads it).
+pub(crate) struct NotAssigned<'a> {
+    pub part: &'a dyn Debug,
+    pub offset: i64,
+}
+
+impl NotAssigned<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(part = ?self.part, offset = self.offset, "skipping a record of a partition not assigned here");
+        metrics::error(ErrorKind::NotAssigned);
+    }
+}
+
+/// A record at an offset the watermark already tracks; skipped.
+pub(crate) struct AlreadyTracked<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub error: &'a dyn Display,
+}
+
+impl AlreadyTracked<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(
+            topic = self.topic,
+            partition = self.partition,
+            offset = self.offset,
+            error = %self.error,
+            "skipping a record already tracked"
+        );
+        metrics::error(ErrorKind::AlreadyTracked);
+    }
+}
+
+/// The lanes refused a record; it is dropped from the buffer.
+pub(crate) struct LanesRefusedRecord<'a> {
+    pub error: &'a dyn Display,
+}
+
+impl LanesRefusedRecord<'_> {
+    pub(crate) fn emit(self) {
+        tracing::error!(error = %self.error, "lanes refused a record");
+        metrics::error(ErrorKind::LanesRefusedRecord);
+    }
+}
+
+/// The lanes refused a completion.
+pub(crate) struct LanesRefusedCompletion<'a> {
+    pub error: &'a dyn Display,
+}
+
+impl LanesRefusedCompletion<'_> {
+    pub(crate) fn emit(self) {
+        tracing::error!(error = %self.error, "lanes refused a completion");
+        metrics::error(ErrorKind::LanesRefusedCompletion);
+    }
+}
+
+/// The lanes started a record the engine does not hold.
+pub(crate) struct StartedNotHeld<'a> {
+    pub key: &'a dyn Debug,
+}
+
+impl StartedNotHeld<'_> {
+    pub(crate) fn emit(self) {
+        tracing::error!(key = ?self.key, "started a record that is not held");
+        metrics::error(ErrorKind::StartedNotHeld);
+    }
+}
+
+/// An attempt task panicked; its delivery is queued again (its offset stays
+/// unfinished until an attempt ends durably).
+pub(crate) struct AttemptPanicked<'a> {
+    pub key: &'a dyn Debug,
+}
+
+impl AttemptPanicked<'_> {
+    pub(crate) fn emit(self) {
+        tracing::error!(key = ?self.key, "attempt task panicked; the delivery is queued again");
+        metrics::error(ErrorKind::AttemptPanicked);
+    }
+}
+
+/// The consumer reported an error.
+pub(crate) struct ConsumerError<'a> {
+    pub error: &'a dyn Display,
+}
+
+impl ConsumerError<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(error = %self.error, "consumer error");
+        metrics::error(ErrorKind::ConsumerError);
+    }
+}
+
+/// A partition could not be paused (`pause`) or resumed.
+pub(crate) struct PauseFailed<'a> {
+    pub part: &'a dyn Debug,
+    pub pause: bool,
+    pub error: &'a dyn Display,
+}
+
+impl PauseFailed<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(part = ?self.part, pause = self.pause, error = %self.error, "cannot pause/resume a partition");
+        metrics::error(if self.pause {
+            ErrorKind::PauseFailed
+        } else {
+            ErrorKind::ResumeFailed
+        });
+    }
+}
+
+/// The poller of a consumer is gone, so a command (a rewind) was not sent.
+pub(crate) struct PollerGone<'a> {
+    pub part: &'a dyn Debug,
+    /// What was not done, e.g. `rewinding`.
+    pub skipped: &'static str,
+}
+
+impl PollerGone<'_> {
+    pub(crate) fn emit(self) {
+        tracing::debug!(part = ?self.part, skipped = self.skipped, "poller gone");
+        metrics::error(ErrorKind::PollerGone);
+    }
+}
+
+// --- offsets.rs ----------------------------------------------------------------
+
+/// Offsets could not be stored; a partition being handed over refuses stores
+/// and its new owner re-reads, so this is logged at debug.
+pub(crate) struct OffsetStoreFailed<'a> {
+    pub error: &'a dyn Display,
+}
+
+impl OffsetStoreFailed<'_> {
+    pub(crate) fn emit(self) {
+        tracing::debug!(error = %self.error, "could not store offsets");
+        metrics::error(ErrorKind::OffsetStoreFailed);
+    }
+}
+
+/// A commit failed (or its task did); the next owner re-attempts from the
+/// last commit.
+pub(crate) struct CommitFailed<'a> {
+    pub error: &'a dyn Display,
+}
+
+impl CommitFailed<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(
+            error = %self.error,
+            "commit failed; the next owner re-attempts from the last commit"
+        );
+        metrics::error(ErrorKind::CommitFailed);
+    }
+}
+
+/// The watermark refused to finish an offset.
+pub(crate) struct WatermarkRefused<'a> {
+    pub part: &'a dyn Debug,
+    pub offset: i64,
+    pub error: &'a dyn Display,
+}
+
+impl WatermarkRefused<'_> {
+    pub(crate) fn emit(self) {
+        tracing::error!(part = ?self.part, offset = self.offset, error = %self.error, "watermark refused a finish");
+        metrics::error(ErrorKind::WatermarkRefused);
+    }
+}
+
+// --- consumer.rs ---------------------------------------------------------------
+
+/// The rebalance callback stopped waiting for the engine to confirm a revoke;
+/// the partitions are handed over uncommitted (the next owner re-attempts).
+pub(crate) struct RevokeNotConfirmed {
+    pub waited: Duration,
+}
+
+impl RevokeNotConfirmed {
+    pub(crate) fn emit(self) {
+        tracing::warn!(waited = ?self.waited, "engine did not confirm the revoke in time; handing over");
+        metrics::error(ErrorKind::RevokeNotConfirmed);
+    }
+}
+
+/// A tier partition could not be paused, or sought back to its head, to wait
+/// for the head's due time.
+pub(crate) struct RewindFailed<'a> {
+    pub topic: &'a str,
+    pub partition: i32,
+    /// The head's offset when the seek failed; `None` when the pause did.
+    pub offset: Option<i64>,
+    pub error: &'a dyn Display,
+}
+
+impl RewindFailed<'_> {
+    pub(crate) fn emit(self) {
+        match self.offset {
+            None => {
+                tracing::warn!(topic = self.topic, partition = self.partition, error = %self.error, "cannot pause a partition to wait for its due time")
+            }
+            Some(offset) => {
+                tracing::warn!(topic = self.topic, partition = self.partition, offset, error = %self.error, "cannot seek back to a record not yet due")
+            }
+        }
+        metrics::error(ErrorKind::RewindFailed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use hookline_runtime::{metric_names as m, telemetry::metrics_recorder};
+
+    use super::*;
+
+    /// The value of `name{kind="…"}` in the process's `/metrics` text.
+    fn errors(kind: ErrorKind) -> f64 {
+        let text = metrics_recorder().unwrap().render();
+        let series = format!("{}{{kind=\"{}\"}} ", m::DISPATCHER_ERRORS, kind.as_str());
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .map_or(0.0, |v| v.trim().parse().unwrap())
+    }
+
+    #[test]
+    fn kinds_have_distinct_snake_case_labels() {
+        let labels: BTreeSet<&str> = ErrorKind::ALL.iter().map(|k| k.as_str()).collect();
+        assert_eq!(labels.len(), ErrorKind::ALL.len());
+        for l in labels {
+            assert!(
+                l.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{l}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_error_event_counts_its_kind() {
+        let e: &dyn Display = &"boom";
+        let part: &dyn Debug = &(0_u16, 3_i32);
+        // Each event once, then the count of its kind must have grown by one.
+        let cases: Vec<(ErrorKind, Box<dyn Fn()>)> = vec![
+            (
+                ErrorKind::NoRetryTier,
+                Box::new(|| NoSuchRetryTier { tier: 9 }.emit()),
+            ),
+            (
+                ErrorKind::FlushFailed,
+                Box::new(move || FlushFailed { error: e }.emit()),
+            ),
+            (
+                ErrorKind::UnexpectedTopic,
+                Box::new(|| UnexpectedTopic { topic: "x" }.emit()),
+            ),
+            (
+                ErrorKind::AlreadyTracked,
+                Box::new(move || {
+                    AlreadyTracked {
+                        topic: "t",
+                        partition: 1,
+                        offset: 2,
+                        error: e,
+                    }
+                    .emit()
+                }),
+            ),
+            (
+                ErrorKind::NotAssigned,
+                Box::new(move || NotAssigned { part, offset: 3 }.emit()),
+            ),
+            (
+                ErrorKind::LanesRefusedRecord,
+                Box::new(move || LanesRefusedRecord { error: e }.emit()),
+            ),
+            (
+                ErrorKind::LanesRefusedCompletion,
+                Box::new(move || LanesRefusedCompletion { error: e }.emit()),
+            ),
+            (
+                ErrorKind::StartedNotHeld,
+                Box::new(move || StartedNotHeld { key: part }.emit()),
+            ),
+            (
+                ErrorKind::AttemptPanicked,
+                Box::new(move || AttemptPanicked { key: part }.emit()),
+            ),
+            (
+                ErrorKind::ConsumerError,
+                Box::new(move || ConsumerError { error: e }.emit()),
+            ),
+            (
+                ErrorKind::PauseFailed,
+                Box::new(move || {
+                    PauseFailed {
+                        part,
+                        pause: true,
+                        error: e,
+                    }
+                    .emit()
+                }),
+            ),
+            (
+                ErrorKind::ResumeFailed,
+                Box::new(move || {
+                    PauseFailed {
+                        part,
+                        pause: false,
+                        error: e,
+                    }
+                    .emit()
+                }),
+            ),
+            (
+                ErrorKind::PollerGone,
+                Box::new(move || {
+                    PollerGone {
+                        part,
+                        skipped: "rewinding",
+                    }
+                    .emit()
+                }),
+            ),
+            (
+                ErrorKind::OffsetStoreFailed,
+                Box::new(move || OffsetStoreFailed { error: e }.emit()),
+            ),
+            (
+                ErrorKind::CommitFailed,
+                Box::new(move || CommitFailed { error: e }.emit()),
+            ),
+            (
+                ErrorKind::WatermarkRefused,
+                Box::new(move || {
+                    WatermarkRefused {
+                        part,
+                        offset: 7,
+                        error: e,
+                    }
+                    .emit()
+                }),
+            ),
+            (
+                ErrorKind::RevokeNotConfirmed,
+                Box::new(|| {
+                    RevokeNotConfirmed {
+                        waited: Duration::from_secs(30),
+                    }
+                    .emit()
+                }),
+            ),
+            (
+                ErrorKind::RewindFailed,
+                Box::new(move || {
+                    RewindFailed {
+                        topic: "t",
+                        partition: 0,
+                        offset: None,
+                        error: e,
+                    }
+                    .emit()
+                }),
+            ),
+            (
+                ErrorKind::RewindFailed,
+                Box::new(move || {
+                    RewindFailed {
+                        topic: "t",
+                        partition: 0,
+                        offset: Some(4),
+                        error: e,
+                    }
+                    .emit()
+                }),
+            ),
+        ];
+        let mut seen = BTreeSet::new();
+        for (kind, emit) in cases {
+            let before = errors(kind);
+            emit();
+            assert_eq!(errors(kind), before + 1.0, "{kind:?}");
+            seen.insert(kind.as_str());
+        }
+        // SecretUnavailable needs a Delivery; every other kind is covered here.
+        let missing: Vec<&str> = ErrorKind::ALL
+            .iter()
+            .map(|k| k.as_str())
+            .filter(|k| !seen.contains(k) && *k != "secret_unavailable")
+            .collect();
+        assert!(missing.is_empty(), "untested kinds: {missing:?}");
+    }
+}
