@@ -18,6 +18,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{config::CommonArgs, health::Health, RuntimeError};
 
+mod rebalance;
+
+pub use rebalance::{cooperative_rebalance, manual_commit_consumer, partitions, RevokeRecorder};
+
 /// A client context that logs librdkafka's errors through `tracing`, except
 /// end-of-partition notices, which readers that follow a topic expect.
 #[derive(Debug, Default, Clone, Copy)]
@@ -39,53 +43,6 @@ impl ConsumerContext for QuietContext {}
 
 /// The `partition.assignment.strategy` of every hookline group consumer.
 pub const ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
-
-/// A rebalance of a consumer configured with [`ASSIGNMENT_STRATEGY`]: the
-/// context's `pre_rebalance`, then `incremental_assign`/`incremental_unassign`,
-/// then its `post_rebalance`. Every hookline `ConsumerContext` overrides
-/// `rebalance` with this.
-///
-/// rdkafka's default `rebalance` asks librdkafka for the rebalance protocol at
-/// callback time. When a consumer's group session is lost (a broker restart
-/// that outlasts `session.timeout.ms`), librdkafka can answer NONE there; the
-/// default then calls the eager `assign(NULL)`, librdkafka refuses it for a
-/// cooperative assignor, the error is dropped, and the consumer waits for an
-/// unassign that never comes: it never rejoins its group (seen in `make faults`
-/// `broker_restart`: fanout idle, its group empty). The strategy is ours, so
-/// the incremental calls are always the right ones; the eager ones are only a
-/// fallback if librdkafka refuses them, and every refusal is logged.
-pub fn cooperative_rebalance<C: ConsumerContext>(
-    context: &C,
-    consumer: &BaseConsumer<C>,
-    err: rdkafka::types::RDKafkaRespErr,
-    tpl: &mut rdkafka::TopicPartitionList,
-) {
-    use rdkafka::{consumer::Rebalance, types::RDKafkaRespErr};
-    let rebalance = match err {
-        RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Rebalance::Assign(tpl),
-        RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => Rebalance::Revoke(tpl),
-        other => Rebalance::Error(KafkaError::Rebalance(other.into())),
-    };
-    context.pre_rebalance(consumer, &rebalance);
-    let applied = match &rebalance {
-        Rebalance::Assign(tpl) => consumer.incremental_assign(tpl).or_else(|error| {
-            tracing::warn!(%error, "incremental_assign refused; assigning eagerly");
-            consumer.assign(tpl)
-        }),
-        Rebalance::Revoke(tpl) => consumer.incremental_unassign(tpl).or_else(|error| {
-            tracing::warn!(%error, "incremental_unassign refused; unassigning eagerly");
-            consumer.unassign()
-        }),
-        Rebalance::Error(error) => {
-            tracing::warn!(%error, "rebalance error");
-            Ok(())
-        }
-    };
-    if let Err(error) = applied {
-        tracing::error!(%error, "could not apply a rebalance; the consumer may stop receiving");
-    }
-    context.post_rebalance(consumer, &rebalance);
-}
 
 /// A base client configuration for `client_id`, with bootstrap servers and the
 /// operator's passthrough applied; the caller adds its own settings on top.
