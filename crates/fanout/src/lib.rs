@@ -6,7 +6,6 @@
 
 pub mod cli;
 pub mod config;
-mod context;
 mod metrics;
 mod service;
 pub mod transform;
