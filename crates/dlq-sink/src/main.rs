@@ -59,7 +59,7 @@ async fn main() -> ExitCode {
         return match hookline_dlq_sink::run(cli.config.clone(), shutdown).await {
             Ok(()) => exit(EXIT_OK),
             Err(e) => {
-                eprintln!("error: {}", chain(&e));
+                eprintln!("error: {}", hookline_envelope::error_chain(&e));
                 exit(e.exit_code())
             }
         };
@@ -80,19 +80,8 @@ async fn main() -> ExitCode {
     match result {
         Ok(code) => exit(code),
         Err(e) => {
-            eprintln!("error: {}", chain(&e));
+            eprintln!("error: {}", hookline_envelope::error_chain(&e));
             exit(e.exit_code())
         }
     }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -8,10 +8,12 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use apache_avro::{from_value, Reader};
+use hookline_core::epoch;
+use hookline_envelope::error_chain;
 use hookline_runtime::{config::CommonArgs, kafka, RuntimeError};
 use object_store::path::Path;
 use rdkafka::{
@@ -23,8 +25,7 @@ use rdkafka::{
 
 use crate::{
     filter::Filter,
-    row::{error_chain, ArchiveHeader, ArchiveRow, Kind, RawRecord},
-    service::now_ms,
+    row::{ArchiveHeader, ArchiveRow, Kind, RawRecord},
     store::{ArchiveStore, StoreError},
 };
 
@@ -206,7 +207,12 @@ impl TopicSource {
                         key: msg.key(),
                         value: msg.payload(),
                     };
-                    let row = ArchiveRow::from_record(self.kind, rec, headers, now_ms());
+                    let row = ArchiveRow::from_record(
+                        self.kind,
+                        rec,
+                        headers,
+                        epoch::millis(SystemTime::now()),
+                    );
                     drop(msg);
                     if last {
                         self.close(partition);
