@@ -4,14 +4,12 @@
 //! or a dead letter — rejected, or exhausted by `max_attempts` / `max_age`. The
 //! source record is finished only after the follow-up is durable (attempt.rs).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use hookline_core::{Classification, Ladder, RetryDecision, Verdict};
+use hookline_core::{epoch, Classification, DeadLetterReason, Ladder, RetryDecision, Verdict};
 use hookline_envelope::{bounded_detail, DeadLetter, Delivery};
 
 /// The dead-letter reason of a delivery the ladder gave up on; which bound
 /// (`max_attempts`, `max_age`) starts its `detail`.
-pub(crate) const EXHAUSTED: &str = "exhausted";
+pub(crate) const EXHAUSTED: &str = DeadLetterReason::Exhausted.as_str();
 
 /// How retries are scheduled: the ladder, and the version string stamped on every
 /// retry and dead letter it decides.
@@ -102,15 +100,15 @@ pub(crate) fn plan(
             let first = attempted.first_attempt_at.unwrap_or(facts.started_ms);
             let decision = policy.ladder.decide(
                 u32::try_from(attempted.attempt).unwrap_or(0),
-                at(first),
-                at(facts.now_ms),
+                epoch::from_millis(first),
+                epoch::from_millis(facts.now_ms),
                 retry_after,
                 jitter_unit,
             );
             match decision {
                 RetryDecision::Retry { tier, due_at } => {
                     let mut record = attempted;
-                    record.due_at = millis(due_at);
+                    record.due_at = epoch::millis(due_at);
                     record.policy_version = Some(policy.version.clone());
                     FollowUp::Retry {
                         tier,
@@ -148,17 +146,10 @@ fn after_attempt(delivery: &Delivery, facts: &AttemptFacts<'_>) -> Delivery {
     next
 }
 
-fn at(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0).unsigned_abs())
-}
-
-fn millis(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use hookline_core::{classify, AttemptResult, FailureKind, Tier};
 
     use super::*;
@@ -190,7 +181,7 @@ mod tests {
 
     fn facts(result: AttemptResult) -> AttemptFacts<'static> {
         AttemptFacts {
-            classification: classify(&result, at(NOW)),
+            classification: classify(&result, epoch::from_millis(NOW)),
             started_ms: STARTED,
             now_ms: NOW,
             detail: Some("detail"),
