@@ -22,7 +22,7 @@ use hookline_runtime::{
 };
 use rdkafka::{
     consumer::{CommitMode, Consumer, StreamConsumer},
-    message::{BorrowedMessage, Headers, Message},
+    message::{BorrowedMessage, Message},
     Offset, TopicPartitionList,
 };
 use tokio_util::sync::CancellationToken;
@@ -30,7 +30,8 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     archive::{FileKey, Limits, OpenFiles},
     metrics as sm,
-    row::{ArchiveHeader, ArchiveRow, Kind, RawRecord},
+    row::{ArchiveRow, Kind},
+    source::row_of,
     store::ArchiveStore,
     Config, DlqSinkError, STAGE,
 };
@@ -169,26 +170,7 @@ impl SinkLoop {
             );
             return None;
         };
-        let headers = msg
-            .headers()
-            .map(|hs| {
-                hs.iter()
-                    .map(|h| ArchiveHeader {
-                        name: h.key.to_owned(),
-                        value: h.value.map(<[u8]>::to_vec),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let rec = RawRecord {
-            topic: msg.topic(),
-            partition: msg.partition(),
-            offset: msg.offset(),
-            timestamp: msg.timestamp().to_millis(),
-            key: msg.key(),
-            value: msg.payload(),
-        };
-        let row = ArchiveRow::from_record(kind, rec, headers, epoch::millis(SystemTime::now()));
+        let row = row_of(kind, msg, epoch::millis(SystemTime::now()));
         if let Some(error) = &row.decode_error {
             tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %error, "archiving an undecodable record raw");
         }
