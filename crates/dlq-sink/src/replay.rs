@@ -27,7 +27,7 @@ use hookline_envelope::{
     decode, encode, error_chain, DeadLetter, Delivery, QuarantinedEvent, QuarantinedHeader,
     ReplayOf, Topics,
 };
-use hookline_runtime::{config::CommonArgs, kafka, RuntimeError};
+use hookline_runtime::{config::CommonArgs, kafka, topic_check, RuntimeError};
 use indicatif::{ProgressBar, ProgressStyle};
 use rdkafka::{
     message::{Header, OwnedHeaders},
@@ -227,7 +227,7 @@ pub async fn run(
     };
     let producer = if args.execute {
         if let Destination::Fixed(topic) = &destination {
-            let missing = kafka::missing_topics(common, &[topic.as_str()]).await?;
+            let missing = topic_check::missing_topics(common, &[topic.as_str()]).await?;
             if !missing.is_empty() {
                 return Err(CliError::Usage(format!(
                     "the destination topic {topic} does not exist (check --to-tier and \
@@ -284,7 +284,7 @@ pub async fn run(
             continue;
         };
         if !exists.contains_key(&record.topic) {
-            let missing = kafka::missing_topics(common, &[record.topic.as_str()]).await?;
+            let missing = topic_check::missing_topics(common, &[record.topic.as_str()]).await?;
             exists.insert(record.topic.clone(), missing.is_empty());
         }
         if exists.get(&record.topic) == Some(&false) {
