@@ -116,7 +116,7 @@ impl RejectReason {
     ];
 
     /// The `DeadLetter.reason` value (and metric label).
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             Self::Http4xx => "rejected_4xx",
             Self::Redirect => "redirect",
@@ -124,6 +124,44 @@ impl RejectReason {
             Self::PayloadTooLarge => "payload_too_large",
             Self::InvalidUrl => "invalid_url",
         }
+    }
+}
+
+/// Why a delivery was dead-lettered: the `DeadLetter.reason` value and its metric label.
+/// The one list of them. A delivery is dead-lettered only when it is rejected or the ladder
+/// gives up on it, so a failure that is retried (`missing_secret`, a timeout) is never one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeadLetterReason {
+    /// The ladder gave up: `max_attempts` or `max_age` (the dead letter's `detail` says which).
+    Exhausted,
+    /// A verdict of [`Verdict::Rejected`].
+    Rejected(RejectReason),
+}
+
+impl DeadLetterReason {
+    /// Every reason a dead letter can carry.
+    pub const ALL: [DeadLetterReason; 1 + RejectReason::ALL.len()] = {
+        let mut all = [Self::Exhausted; 1 + RejectReason::ALL.len()];
+        let mut i = 0;
+        while i < RejectReason::ALL.len() {
+            all[i + 1] = Self::Rejected(RejectReason::ALL[i]);
+            i += 1;
+        }
+        all
+    };
+
+    /// The `DeadLetter.reason` value: `exhausted`, or the [`RejectReason`]'s.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Exhausted => "exhausted",
+            Self::Rejected(reason) => reason.as_str(),
+        }
+    }
+}
+
+impl From<RejectReason> for DeadLetterReason {
+    fn from(reason: RejectReason) -> Self {
+        Self::Rejected(reason)
     }
 }
 
@@ -477,6 +515,58 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
+
+    #[test]
+    fn every_reject_reason_is_listed_and_is_a_dead_letter_reason() {
+        // The match is exhaustive: a new reason fails to compile here until it is listed.
+        let position = |r: RejectReason| match r {
+            RejectReason::Http4xx => 0,
+            RejectReason::Redirect => 1,
+            RejectReason::EgressDenied => 2,
+            RejectReason::PayloadTooLarge => 3,
+            RejectReason::InvalidUrl => 4,
+        };
+        for (i, r) in RejectReason::ALL.into_iter().enumerate() {
+            assert_eq!(position(r), i, "{r:?}");
+            assert!(DeadLetterReason::ALL.contains(&r.into()), "{r:?}");
+            assert_eq!(DeadLetterReason::from(r).as_str(), r.as_str());
+        }
+    }
+
+    #[test]
+    fn dead_letter_reasons_are_exhausted_or_a_rejection() {
+        let labels: Vec<&str> = DeadLetterReason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "exhausted",
+                "rejected_4xx",
+                "redirect",
+                "egress_denied",
+                "payload_too_large",
+                "invalid_url"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_retried_failure_is_never_a_dead_letter_reason() {
+        let now = at(NOW);
+        for kind in [
+            FailureKind::MissingSecret,
+            FailureKind::Timeout,
+            FailureKind::Dns,
+        ] {
+            let c = classify(&AttemptResult::Failed(kind), now);
+            assert!(matches!(c.verdict, Verdict::Retry { .. }), "{kind:?}");
+            assert!(
+                DeadLetterReason::ALL
+                    .iter()
+                    .all(|r| r.as_str() != kind.as_str()),
+                "{kind:?}"
+            );
+        }
+    }
 
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)

@@ -7,13 +7,54 @@
 //! unique topic-safe names, `max_attempts ≥ 1`, `max_age > 0`, every duration at most
 //! [`MAX_LADDER_DURATION`] (so time arithmetic cannot overflow for real clocks).
 
-use std::time::{Duration, SystemTime};
+use std::{
+    fmt,
+    time::{Duration, SystemTime},
+};
 
 /// Upper bound for any configured duration (tier delay, max age, max jitter).
 pub const MAX_LADDER_DURATION: Duration = Duration::from_secs(366 * 24 * 60 * 60);
 
 /// Tier names become topic suffixes (`deliveries.<name>`); Kafka allows 249 bytes.
 const MAX_TIER_NAME_LEN: usize = 200;
+
+/// The default ladder's tiers, shortest delay first: the one list of them. Topic names
+/// (`hookline_envelope::DEFAULT_RETRY_TIERS`) and `hookline-fanout topics` take theirs from it.
+pub const DEFAULT_TIERS: [(&str, Duration); 4] = [
+    ("retry-10s", Duration::from_secs(10)),
+    ("retry-1m", Duration::from_secs(60)),
+    ("retry-15m", Duration::from_secs(15 * 60)),
+    ("retry-2h", Duration::from_secs(2 * 3600)),
+];
+
+/// The first character of `name` that a Kafka topic name cannot hold; only
+/// `[a-zA-Z0-9._-]` are allowed. A tier is the topic `deliveries.<name>`, so this is the
+/// tier-name rule, and `hookline_envelope::Topics` checks its prefix with it too.
+pub fn illegal_topic_char(name: &str) -> Option<char> {
+    name.chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+}
+
+/// A duration setting of the ladder, named as in its error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LadderSetting {
+    /// A tier's delay.
+    TierDelay,
+    /// `max_age`.
+    MaxAge,
+    /// `max_jitter`.
+    MaxJitter,
+}
+
+impl fmt::Display for LadderSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::TierDelay => "tier delay",
+            Self::MaxAge => "max_age",
+            Self::MaxJitter => "max_jitter",
+        })
+    }
+}
 
 /// One rung: a topic whose every record waits the same `delay`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +95,10 @@ pub enum LadderError {
     #[error("max_age must be greater than zero")]
     ZeroMaxAge,
     #[error("{what} of {value:?} exceeds the limit of {MAX_LADDER_DURATION:?}")]
-    TooLong { what: &'static str, value: Duration },
+    TooLong {
+        what: LadderSetting,
+        value: Duration,
+    },
 }
 
 /// Why retrying stopped. The dead letter's reason is `exhausted`; this says which bound.
@@ -104,15 +148,10 @@ impl Default for Ladder {
     /// later than itself (measured: p99 lateness 173 ms without jitter, 1.98 s with
     /// 2 s). 500 ms still spreads a burst of retries without making them late.
     fn default() -> Self {
-        let tiers = [
-            ("retry-10s", 10),
-            ("retry-1m", 60),
-            ("retry-15m", 900),
-            ("retry-2h", 7200),
-        ]
-        .into_iter()
-        .map(|(name, secs)| Tier::new(name, Duration::from_secs(secs)))
-        .collect();
+        let tiers = DEFAULT_TIERS
+            .into_iter()
+            .map(|(name, delay)| Tier::new(name, delay))
+            .collect();
         Self::new(
             tiers,
             15,
@@ -136,10 +175,7 @@ impl Ladder {
         for (i, tier) in tiers.iter().enumerate() {
             let name_ok = !tier.name.is_empty()
                 && tier.name.len() <= MAX_TIER_NAME_LEN
-                && tier
-                    .name
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+                && illegal_topic_char(&tier.name).is_none();
             if !name_ok {
                 return Err(LadderError::InvalidTierName {
                     name: tier.name.clone(),
@@ -155,7 +191,7 @@ impl Ladder {
                     name: tier.name.clone(),
                 });
             }
-            check_bound("tier delay", tier.delay)?;
+            check_bound(LadderSetting::TierDelay, tier.delay)?;
             if let Some(prev) = i.checked_sub(1).map(|p| &tiers[p]) {
                 if tier.delay <= prev.delay {
                     return Err(LadderError::NotIncreasing {
@@ -172,8 +208,8 @@ impl Ladder {
         if max_age.is_zero() {
             return Err(LadderError::ZeroMaxAge);
         }
-        check_bound("max_age", max_age)?;
-        check_bound("max_jitter", max_jitter)?;
+        check_bound(LadderSetting::MaxAge, max_age)?;
+        check_bound(LadderSetting::MaxJitter, max_jitter)?;
         Ok(Self {
             tiers,
             max_attempts,
@@ -266,7 +302,7 @@ impl Ladder {
     }
 }
 
-fn check_bound(what: &'static str, value: Duration) -> Result<(), LadderError> {
+fn check_bound(what: LadderSetting, value: Duration) -> Result<(), LadderError> {
     if value > MAX_LADDER_DURATION {
         return Err(LadderError::TooLong { what, value });
     }

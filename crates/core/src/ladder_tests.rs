@@ -254,7 +254,7 @@ fn validation_table() {
             day,
             secs(1),
             Some(LadderError::TooLong {
-                what: "tier delay",
+                what: LadderSetting::TierDelay,
                 value: too_long,
             }),
         ),
@@ -264,7 +264,7 @@ fn validation_table() {
             too_long,
             secs(1),
             Some(LadderError::TooLong {
-                what: "max_age",
+                what: LadderSetting::MaxAge,
                 value: too_long,
             }),
         ),
@@ -274,7 +274,7 @@ fn validation_table() {
             day,
             too_long,
             Some(LadderError::TooLong {
-                what: "max_jitter",
+                what: LadderSetting::MaxJitter,
                 value: too_long,
             }),
         ),
@@ -379,4 +379,53 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn topic_chars_are_ascii_alphanumerics_dot_underscore_and_dash() {
+    let cases = [
+        ("retry-10s", None),
+        ("a.b_c-D9", None),
+        ("", None),
+        ("a/b", Some('/')),
+        ("tier 1", Some(' ')),
+        ("é", Some('é')),
+        ("ok,bad", Some(',')),
+    ];
+    for (name, want) in cases {
+        assert_eq!(illegal_topic_char(name), want, "{name:?}");
+    }
+}
+
+#[test]
+fn the_default_ladder_is_the_default_tiers() {
+    let l = Ladder::default();
+    let tiers: Vec<(&str, Duration)> = l
+        .tiers()
+        .iter()
+        .map(|t| (t.name.as_str(), t.delay))
+        .collect();
+    assert_eq!(tiers, DEFAULT_TIERS);
+}
+
+#[test]
+fn a_too_long_setting_is_named_by_value_and_in_the_message() {
+    let err = Ladder::new(
+        vec![Tier::new("a", secs(1))],
+        3,
+        MAX_LADDER_DURATION * 2,
+        secs(1),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LadderError::TooLong {
+                what: LadderSetting::MaxAge,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().starts_with("max_age of "), "{err}");
 }

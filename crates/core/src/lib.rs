@@ -6,6 +6,7 @@
 pub mod classify;
 pub mod due;
 pub mod egress;
+pub mod epoch;
 pub mod ladder;
 pub mod lanes;
 pub mod matching;
@@ -14,14 +15,17 @@ pub mod stall;
 pub mod watermark;
 
 pub use classify::{
-    classify, parse_retry_after, status_class, AttemptResult, Classification, FailureKind, Outcome,
-    RejectReason, StatusClass, Verdict, MAX_RETRY_AFTER, OUTCOMES,
+    classify, parse_retry_after, status_class, AttemptResult, Classification, DeadLetterReason,
+    FailureKind, Outcome, RejectReason, StatusClass, Verdict, MAX_RETRY_AFTER, OUTCOMES,
 };
 pub use due::{head_decision, DueTimers, HeadDecision};
 pub use egress::{blocked_range, BlockedRange, Cidr, CidrError, EgressDenied, EgressPolicy};
-pub use ladder::{ExhaustReason, Ladder, LadderError, RetryDecision, Tier, MAX_LADDER_DURATION};
+pub use ladder::{
+    ExhaustReason, Ladder, LadderError, LadderSetting, RetryDecision, Tier, DEFAULT_TIERS,
+    MAX_LADDER_DURATION,
+};
 pub use lanes::{Flow, Job, LaneError, LaneKey, LaneLimits, LaneSettings, Lanes, Started};
 pub use matching::{EventTypeFilter, EventTypePattern, PatternError, MAX_PATTERN_LEN};
-pub use rate::{RateLimit, TokenBucket};
+pub use rate::{InvalidRate, RateLimit, TokenBucket};
 pub use stall::{PartitionView, StallDetector, StallVerdict};
 pub use watermark::{PartitionWatermark, WatermarkError};

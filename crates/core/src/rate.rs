@@ -20,19 +20,42 @@ pub struct RateLimit {
     capacity: u64,
 }
 
+/// A rate that cannot limit anything: zero, negative, infinite or NaN.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("{rate} is not a positive, finite number")]
+pub struct InvalidRate {
+    /// The rate given.
+    pub rate: f64,
+}
+
 impl RateLimit {
     /// `None` (unlimited) for a rate that is not positive and finite.
     pub fn per_second(rate: f64) -> Option<Self> {
+        Self::try_per_second(rate).ok()
+    }
+
+    /// The limit of `rate` per second, or why `rate` is not one: the check every flag and
+    /// field holding a rate is validated with.
+    pub fn try_per_second(rate: f64) -> Result<Self, InvalidRate> {
         if !(rate.is_finite() && rate > 0.0) {
-            return None;
+            return Err(InvalidRate { rate });
         }
         // `as` saturates: a tiny rate gets an interval of centuries, not a wrap.
         let interval_ns = ((1e9 / rate).ceil() as u128).max(1);
         let capacity = (rate.ceil() as u64).max(1);
-        Some(Self {
+        Ok(Self {
             interval_ns,
             capacity,
         })
+    }
+
+    /// The same rate without a burst: a bucket of one, so starts are evenly spaced at
+    /// least [`interval`](Self::interval) apart from the first.
+    pub fn paced(self) -> Self {
+        Self {
+            capacity: 1,
+            ..self
+        }
     }
 
     /// Starts allowed at once from a full bucket.
@@ -129,6 +152,32 @@ mod tests {
         for rate in [0.0, -1.0, -0.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
             assert_eq!(RateLimit::per_second(rate), None, "{rate}");
         }
+    }
+
+    #[test]
+    fn invalid_rates_are_refused_with_the_rate() {
+        for rate in [0.0, -1.0, f64::INFINITY] {
+            let e = RateLimit::try_per_second(rate).unwrap_err();
+            assert_eq!(e, InvalidRate { rate });
+            assert!(e.to_string().contains("positive, finite"), "{e}");
+        }
+        assert!(RateLimit::try_per_second(f64::NAN).is_err());
+        assert!(RateLimit::try_per_second(0.001).is_ok());
+    }
+
+    #[test]
+    fn a_paced_limit_spaces_every_start_an_interval_apart() {
+        let mut b = TokenBucket::new(RateLimit::per_second(4.0).unwrap().paced());
+        assert_eq!(b.limit().capacity(), 1);
+        assert!(b.try_take(at(1_000)), "the first start is at once");
+        assert!(!b.try_take(at(1_000)), "no burst");
+        assert_eq!(b.next_start(), at(1_250));
+        assert!(!b.allows(at(1_249)));
+        assert!(b.try_take(at(1_250)));
+        // After an idle spell the next start is at once, and only one.
+        assert!(b.try_take(at(9_000)));
+        assert!(!b.try_take(at(9_000)));
+        assert_eq!(b.next_start(), at(9_250));
     }
 
     #[test]

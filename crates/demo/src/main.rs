@@ -139,7 +139,7 @@ async fn main() -> anyhow::Result<()> {
             max_in_flight: e.max_in_flight,
             rate_limit_per_s: None,
             version: 1,
-            updated_at: now_ms(),
+            updated_at: hookline_core::epoch::millis(std::time::SystemTime::now()),
         };
         send(
             &producer,
@@ -400,11 +400,4 @@ fn count_files(dir: &std::path::Path) -> usize {
         }
     }
     n
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }

@@ -15,10 +15,11 @@
 
 use std::{
     collections::HashMap,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime},
 };
 
 use clap::Parser;
+use hookline_core::epoch;
 use hookline_envelope::{delivery_id, encode, Delivery, Subscription, Topics};
 use hookline_testkit::{kafka, receiver::Receiver};
 use rdkafka::{
@@ -43,16 +44,9 @@ fn env_or(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
 fn delivery(sub: &Subscription, tag: &str, n: usize) -> Delivery {
     let event_id = format!("{tag}-{}-{n}", sub.subscription_id);
-    let now = now_ms();
+    let now = epoch::millis(SystemTime::now());
     Delivery {
         delivery_id: delivery_id(&event_id, &sub.subscription_id),
         payload: format!(r#"{{"event":"{event_id}","amount":4200,"currency":"EUR","note":"benchmark payload of a typical small webhook"}}"#).into_bytes(),
@@ -134,7 +128,7 @@ async fn main() {
             max_in_flight: 16,
             rate_limit_per_s: None,
             version: 1,
-            updated_at: now_ms(),
+            updated_at: epoch::millis(SystemTime::now()),
         })
         .collect();
     for s in &subs {
@@ -276,7 +270,7 @@ async fn main() {
     };
     let (mut e2e, mut kafka_only, mut added) = (Vec::new(), Vec::new(), Vec::new());
     for d in &paced {
-        let created = UNIX_EPOCH + Duration::from_millis(d.created_at as u64);
+        let created = epoch::from_millis(d.created_at);
         let Some(&http) = arrived.get(&d.delivery_id) else {
             continue;
         };

@@ -18,10 +18,11 @@
 
 use std::{
     collections::HashMap,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime},
 };
 
 use clap::Parser;
+use hookline_core::epoch;
 use hookline_envelope::{delivery_id, encode, Delivery, Subscription, Topics};
 use hookline_testkit::{kafka, receiver::Receiver};
 use rdkafka::producer::FutureRecord;
@@ -41,13 +42,6 @@ fn env_or(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
@@ -95,7 +89,7 @@ async fn main() {
             max_in_flight: 16,
             rate_limit_per_s: None,
             version: 1,
-            updated_at: now_ms(),
+            updated_at: epoch::millis(SystemTime::now()),
         })
         .collect();
     for s in &subs {
@@ -152,7 +146,7 @@ async fn main() {
         tokio::time::sleep_until(at.into()).await;
         let sub = &subs[n % TENANTS];
         let event_id = format!("late-{n}");
-        let now = now_ms();
+        let now = epoch::millis(SystemTime::now());
         let d = Delivery {
             delivery_id: delivery_id(&event_id, &sub.subscription_id),
             payload: format!(r#"{{"event":"{event_id}"}}"#).into_bytes(),
@@ -203,11 +197,7 @@ async fn main() {
         .requests()
         .iter()
         .map(|r| {
-            let at = r
-                .received_at
-                .duration_since(UNIX_EPOCH)
-                .unwrap()
-                .as_millis() as i64;
+            let at = epoch::millis(r.received_at);
             (at - due[r.header("webhook-id")]) as f64
         })
         .collect();

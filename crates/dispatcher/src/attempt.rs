@@ -10,7 +10,7 @@ use std::{
 };
 
 use bytes::Bytes;
-use hookline_core::{classify, AttemptResult, FailureKind};
+use hookline_core::{classify, epoch, AttemptResult, FailureKind};
 use hookline_envelope::{encode, Delivery, Topics};
 use hookline_runtime::{
     http::{Failure, Outgoing, WebhookClient},
@@ -80,8 +80,8 @@ pub(crate) async fn run(
     let took = clock.elapsed();
     let facts = AttemptFacts {
         classification,
-        started_ms: millis(started),
-        now_ms: millis(now),
+        started_ms: epoch::millis(started),
+        now_ms: epoch::millis(now),
         detail: detail.as_deref(),
     };
     let follow_up = plan(&delivery, &facts, &ctx.retry_policy, rand::random::<f64>());
@@ -244,10 +244,4 @@ pub(crate) async fn produce_until_durable(
             }
         }
     }
-}
-
-fn millis(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
 }

@@ -385,7 +385,7 @@ impl Config {
 /// The retry ladder from `--retry-tiers`, `--max-attempts`, `--max-age` and
 /// `--retry-jitter`; an error names the flag to fix.
 fn ladder(d: &DispatcherArgs) -> Result<Ladder, DispatcherError> {
-    use hookline_core::LadderError as E;
+    use hookline_core::{LadderError as E, LadderSetting};
     let tiers: Vec<Tier> = if d.retry_tiers.is_empty() {
         Ladder::default().tiers().to_vec()
     } else {
@@ -399,10 +399,12 @@ fn ladder(d: &DispatcherArgs) -> Result<Ladder, DispatcherError> {
             E::ZeroMaxAttempts => "--max-attempts / HOOKLINE_MAX_ATTEMPTS",
             E::ZeroMaxAge
             | E::TooLong {
-                what: "max_age", ..
+                what: LadderSetting::MaxAge,
+                ..
             } => "--max-age / HOOKLINE_MAX_AGE",
             E::TooLong {
-                what: "max_jitter", ..
+                what: LadderSetting::MaxJitter,
+                ..
             } => "--retry-jitter / HOOKLINE_RETRY_JITTER",
             _ => "--retry-tiers / HOOKLINE_RETRY_TIERS",
         };

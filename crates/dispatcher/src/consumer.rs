@@ -114,13 +114,6 @@ impl DispatchContext {
     }
 }
 
-fn elements(tpl: &TopicPartitionList) -> Vec<TopicPartition> {
-    tpl.elements()
-        .iter()
-        .map(|e| (e.topic().to_owned(), e.partition()))
-        .collect()
-}
-
 impl ClientContext for DispatchContext {
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(%error, %reason, "librdkafka error");
@@ -140,7 +133,7 @@ impl ConsumerContext for DispatchContext {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => {
-                let parts = elements(tpl);
+                let parts = hookline_runtime::kafka::partitions(tpl);
                 tracing::info!(partitions = ?parts, "partitions revoked; draining them");
                 let (confirm, confirmed) = sync_mpsc::sync_channel(1);
                 let epoch = self.next_epoch();
@@ -167,7 +160,7 @@ impl ConsumerContext for DispatchContext {
 
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Assign(tpl) = rebalance {
-            let parts = elements(tpl);
+            let parts = hookline_runtime::kafka::partitions(tpl);
             tracing::info!(partitions = ?parts, "partitions assigned");
             let epoch = self.next_epoch();
             let _ = self.events.blocking_send(FromKafka::Assigned {

@@ -14,13 +14,10 @@ use std::{
     time::Duration,
 };
 
-use hookline_core::Verdict;
+use hookline_core::{DeadLetterReason, Verdict};
 use hookline_envelope::{Delivery, QuarantineReason, QuarantinedEvent};
 
-use crate::{
-    metrics,
-    outcome::{AttemptFacts, DeadReason},
-};
+use crate::{metrics, outcome::AttemptFacts};
 
 /// The `kind` label of `hookline_dispatcher_errors_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -232,7 +229,7 @@ impl RetryWritten<'_> {
 
 /// A dead letter is durable on the DLQ.
 pub(crate) struct DeadLettered<'a> {
-    pub reason: DeadReason,
+    pub reason: DeadLetterReason,
     pub delivery: &'a Delivery,
 }
 

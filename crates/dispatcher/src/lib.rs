@@ -27,7 +27,7 @@ use hookline_runtime::{
     kafka,
     ops::Ops,
     signing::SecretStore,
-    subscriptions, RuntimeError,
+    subscriptions, topic_check, RuntimeError,
 };
 use rdkafka::{
     consumer::{BaseConsumer, Consumer},
@@ -127,7 +127,7 @@ async fn run_stage(
     needed.extend(topics.retries().map(|(_, topic)| topic));
     needed.push(topics.dlq());
     needed.push(topics.quarantine());
-    if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
+    if !topic_check::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
         return Ok(());
     }
     let table = topics.subscriptions().to_owned();

@@ -1,7 +1,7 @@
 //! Recording of dispatcher metrics; the names live in `metric_names`. Labels come
 //! from fixed sets only, each the `as_str` of an enum: outcome
 //! (`hookline_core::Outcome`), status class (`StatusClass`), topic label
-//! (`deliveries` or a tier name), tier, dead-letter reason (`DeadReason`),
+//! (`deliveries` or a tier name), tier, dead-letter reason (`DeadLetterReason`),
 //! quarantine reason, error kind (`events::ErrorKind`) — never tenant, URL or ids.
 //! Notable events are recorded through `events`, which also logs them.
 
@@ -11,7 +11,9 @@ use hookline_core::{Classification, FailureKind, Outcome};
 use hookline_envelope::QuarantineReason;
 use hookline_runtime::metric_names::{self as m, label};
 
-use crate::{events::ErrorKind, outcome::DeadReason};
+use hookline_core::DeadLetterReason;
+
+use crate::events::ErrorKind;
 
 /// Zeroes labelled counters so dashboards show them before the first event.
 pub(crate) fn describe() {
@@ -25,7 +27,7 @@ pub(crate) fn describe() {
     for reason in QuarantineReason::ALL {
         metrics::counter!(m::DISPATCHER_QUARANTINED, label::REASON => reason.as_str()).absolute(0);
     }
-    for reason in DeadReason::all() {
+    for reason in DeadLetterReason::ALL.into_iter() {
         metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.as_str()).absolute(0);
     }
     for kind in ErrorKind::ALL {
@@ -44,7 +46,7 @@ pub(crate) fn retry_written(tier: &str) {
     metrics::counter!(m::DISPATCHER_RETRIES_WRITTEN, label::TIER => tier.to_owned()).increment(1);
 }
 
-pub(crate) fn dead_letter(reason: DeadReason) {
+pub(crate) fn dead_letter(reason: DeadLetterReason) {
     metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.as_str()).increment(1);
 }
 

@@ -4,38 +4,8 @@
 //! or a dead letter — rejected, or exhausted by `max_attempts` / `max_age`. The
 //! source record is finished only after the follow-up is durable (attempt.rs).
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-use hookline_core::{Classification, Ladder, RejectReason, RetryDecision, Verdict};
+use hookline_core::{epoch, Classification, DeadLetterReason, Ladder, RetryDecision, Verdict};
 use hookline_envelope::{bounded_detail, DeadLetter, Delivery};
-
-/// The dead-letter reason of a delivery the ladder gave up on; which bound
-/// (`max_attempts`, `max_age`) starts its `detail`.
-pub(crate) const EXHAUSTED: &str = "exhausted";
-
-/// Why the dispatcher dead-letters a delivery: `DeadLetter.reason` and the
-/// `reason` label of the dead-letter counter are [`DeadReason::as_str`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum DeadReason {
-    /// The ladder gave up ([`EXHAUSTED`]).
-    Exhausted,
-    /// Refused without retrying (`rejected_4xx`, `redirect`, ...).
-    Rejected(RejectReason),
-}
-
-impl DeadReason {
-    /// Every reason the dispatcher writes, for pre-registering series.
-    pub(crate) fn all() -> impl Iterator<Item = Self> {
-        std::iter::once(Self::Exhausted).chain(RejectReason::ALL.into_iter().map(Self::Rejected))
-    }
-
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Exhausted => EXHAUSTED,
-            Self::Rejected(reason) => reason.as_str(),
-        }
-    }
-}
 
 /// How retries are scheduled: the ladder, and the version string stamped on every
 /// retry and dead letter it decides.
@@ -86,7 +56,7 @@ pub(crate) enum FollowUp {
     Retry { tier: usize, record: Box<Delivery> },
     /// Write the dead letter (its `reason` is `reason.as_str()`) to the DLQ, then finish.
     Dead {
-        reason: DeadReason,
+        reason: DeadLetterReason,
         letter: Box<DeadLetter>,
     },
 }
@@ -113,32 +83,33 @@ pub(crate) fn plan(
 ) -> FollowUp {
     let c = &facts.classification;
     let attempted = after_attempt(delivery, facts);
-    let dead = |delivery: Delivery, reason: DeadReason, detail: Option<String>| FollowUp::Dead {
-        reason,
-        letter: Box::new(DeadLetter {
-            delivery,
-            reason: reason.as_str().to_owned(),
-            last_status: c.status.map(i32::from),
-            dead_at: facts.now_ms,
-            policy_version: policy.version.clone(),
-            detail: detail.as_deref().map(bounded_detail),
-        }),
-    };
+    let dead =
+        |delivery: Delivery, reason: DeadLetterReason, detail: Option<String>| FollowUp::Dead {
+            reason,
+            letter: Box::new(DeadLetter {
+                delivery,
+                reason: reason.as_str().to_owned(),
+                last_status: c.status.map(i32::from),
+                dead_at: facts.now_ms,
+                policy_version: policy.version.clone(),
+                detail: detail.as_deref().map(bounded_detail),
+            }),
+        };
     match c.verdict {
         Verdict::Delivered => FollowUp::Done,
         Verdict::Retry { retry_after } => {
             let first = attempted.first_attempt_at.unwrap_or(facts.started_ms);
             let decision = policy.ladder.decide(
                 u32::try_from(attempted.attempt).unwrap_or(0),
-                at(first),
-                at(facts.now_ms),
+                epoch::from_millis(first),
+                epoch::from_millis(facts.now_ms),
                 retry_after,
                 jitter_unit,
             );
             match decision {
                 RetryDecision::Retry { tier, due_at } => {
                     let mut record = attempted;
-                    record.due_at = millis(due_at);
+                    record.due_at = epoch::millis(due_at);
                     record.policy_version = Some(policy.version.clone());
                     FollowUp::Retry {
                         tier,
@@ -156,13 +127,13 @@ pub(crate) fn plan(
                         detail.push_str(": ");
                         detail.push_str(d);
                     }
-                    dead(attempted, DeadReason::Exhausted, Some(detail))
+                    dead(attempted, DeadLetterReason::Exhausted, Some(detail))
                 }
             }
         }
         Verdict::Rejected { reason } => dead(
             attempted,
-            DeadReason::Rejected(reason),
+            DeadLetterReason::Rejected(reason),
             facts.detail.map(str::to_owned),
         ),
     }
@@ -178,17 +149,10 @@ fn after_attempt(delivery: &Delivery, facts: &AttemptFacts<'_>) -> Delivery {
     next
 }
 
-fn at(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0).unsigned_abs())
-}
-
-fn millis(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use hookline_core::{classify, AttemptResult, FailureKind, Tier};
 
     use super::*;
@@ -220,7 +184,7 @@ mod tests {
 
     fn facts(result: AttemptResult) -> AttemptFacts<'static> {
         AttemptFacts {
-            classification: classify(&result, at(NOW)),
+            classification: classify(&result, epoch::from_millis(NOW)),
             started_ms: STARTED,
             now_ms: NOW,
             detail: Some("detail"),
@@ -354,7 +318,7 @@ mod tests {
             let FollowUp::Dead { letter: dl, .. } = plan(&d, &facts(status(503)), &p, 0.0) else {
                 panic!("{sub}: expected a dead letter");
             };
-            assert_eq!(dl.reason, EXHAUSTED);
+            assert_eq!(dl.reason, DeadLetterReason::Exhausted.as_str());
             assert_eq!(dl.last_status, Some(503));
             assert_eq!(dl.dead_at, NOW);
             assert_eq!(dl.policy_version, p.version());
@@ -406,10 +370,10 @@ mod tests {
             Ladder::new(tiers, 1, Duration::from_secs(60), Duration::ZERO).unwrap(),
         );
         let cases = [
-            (status(503), DeadReason::Exhausted),
+            (status(503), DeadLetterReason::Exhausted),
             (
                 status(404),
-                DeadReason::Rejected(hookline_core::RejectReason::Http4xx),
+                DeadLetterReason::Rejected(hookline_core::RejectReason::Http4xx),
             ),
         ];
         for (result, want) in cases {
@@ -420,7 +384,10 @@ mod tests {
             assert_eq!(reason, want);
             assert_eq!(letter.reason, want.as_str());
         }
-        let labels: Vec<&str> = DeadReason::all().map(DeadReason::as_str).collect();
+        let labels: Vec<&str> = DeadLetterReason::ALL
+            .into_iter()
+            .map(DeadLetterReason::as_str)
+            .collect();
         assert_eq!(
             labels,
             [

@@ -14,10 +14,7 @@ use std::{
 
 use apache_avro::{Codec, DeflateSettings, Writer};
 
-use crate::{
-    metrics::reason_label,
-    row::{ArchiveRow, Kind, SCHEMA},
-};
+use crate::row::{reason_label, ArchiveRow, Kind, SCHEMA};
 
 /// Where a file goes: `kind=…/date=…/tenant=…/part-<opened ms>-<topic>-<partition>-<first offset>.avro`.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -1,17 +1,17 @@
 //! `hookline-dlq-sink inspect`: lists or counts what is in the DLQ (or the quarantine), from
 //! the topic or the archive. Results go to stdout; progress and logs to stderr. Read-only.
 
-use std::{collections::BTreeMap, io::Write};
+use std::{collections::BTreeMap, io::Write, time::SystemTime};
 
 use chrono::{DateTime, Utc};
 use clap::{Args, ValueEnum};
+use hookline_core::epoch;
 use serde_json::{json, Value};
 
 use crate::{
     cli::{open_source, CliError, SourceArgs},
     filter::FilterArgs,
     row::ArchiveRow,
-    service::now_ms,
 };
 
 /// Arguments of `inspect`.
@@ -97,7 +97,7 @@ pub async fn run(
     args: &InspectArgs,
     out: &mut dyn Write,
 ) -> Result<u64, CliError> {
-    let filter = args.filter.build(now_ms())?;
+    let filter = args.filter.build(epoch::millis(SystemTime::now()))?;
     let mut source = open_source(common, archive, &args.source, &filter).await?;
     let mut scanned = 0u64;
     let mut matched = 0u64;

@@ -17,7 +17,7 @@ pub mod source;
 pub mod store;
 
 use hookline_envelope::{TopicError, Topics};
-use hookline_runtime::{kafka, ops::Ops, RuntimeError};
+use hookline_runtime::{ops::Ops, topic_check, RuntimeError};
 use tokio_util::sync::CancellationToken;
 
 pub use config::{Config, SinkArgs};
@@ -70,7 +70,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DlqS
         .set_ready(STAGE, Err("waiting for topics".into()));
     let result = async {
         let needed = [topics.dlq(), topics.quarantine()];
-        if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, &shutdown).await? {
+        if !topic_check::wait_for_topics(&config.common, &needed, &ops.health, STAGE, &shutdown)
+            .await?
+        {
             return Ok(());
         }
         service::SinkLoop::new(

@@ -61,7 +61,7 @@ async fn main() -> ExitCode {
             Ok(Ok(())) => exit(EXIT_OK),
             Err(_) => std::process::exit(hookline_runtime::shutdown::FORCED_EXIT_CODE),
             Ok(Err(e)) => {
-                eprintln!("error: {}", chain(&e));
+                eprintln!("error: {}", hookline_envelope::error_chain(&e));
                 exit(e.exit_code())
             }
         };
@@ -82,19 +82,8 @@ async fn main() -> ExitCode {
     match result {
         Ok(code) => exit(code),
         Err(e) => {
-            eprintln!("error: {}", chain(&e));
+            eprintln!("error: {}", hookline_envelope::error_chain(&e));
             exit(e.exit_code())
         }
     }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

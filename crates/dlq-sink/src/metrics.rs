@@ -1,44 +1,17 @@
 //! Recording of dlq-sink metrics; the names live in `metric_names`. Labels come from fixed
-//! sets only: a reason outside [`REASONS`] is counted as `other`.
+//! sets only: a reason outside [`reason_labels`] is counted as `other`.
 
 use std::time::Duration;
 
 use hookline_runtime::metric_names::{self as m, label};
 
-use crate::{archive::SealedFile, row::UNDECODABLE};
-
-/// Every reason label: the dead-letter reasons the dispatcher writes, the quarantine
-/// reasons, `undecodable` for records that are neither, and `other`.
-pub(crate) const REASONS: &[&str] = &[
-    "exhausted",
-    "rejected_4xx",
-    "redirect",
-    "egress_denied",
-    "payload_too_large",
-    "invalid_url",
-    "missing_secret",
-    "not_avro",
-    "unknown_fingerprint",
-    "wrong_record",
-    "bad_datum",
-    UNDECODABLE,
-    "other",
-];
-
-/// The bounded label of a reason.
-pub(crate) fn reason_label(reason: &str) -> &'static str {
-    REASONS
-        .iter()
-        .find(|r| **r == reason)
-        .copied()
-        .unwrap_or("other")
-}
+use crate::{archive::SealedFile, row::reason_labels};
 
 /// Zeroes the labelled series so dashboards show them before the first record.
 pub(crate) fn describe() {
     for topic in ["dlq", "quarantine"] {
         metrics::counter!(m::DLQ_SINK_FILES_WRITTEN, label::TOPIC => topic).absolute(0);
-        for reason in REASONS {
+        for reason in reason_labels() {
             metrics::counter!(m::DLQ_SINK_ARCHIVED, label::TOPIC => topic, label::REASON => *reason)
                 .absolute(0);
         }
@@ -75,17 +48,4 @@ pub(crate) fn backlog(oldest_ms: Option<i64>, now_ms: i64, rows: u64) {
     let age = oldest_ms.map_or(0.0, |t| (now_ms.saturating_sub(t)).max(0) as f64 / 1000.0);
     metrics::gauge!(m::DLQ_SINK_OLDEST_UNARCHIVED_AGE).set(age);
     metrics::gauge!(m::DLQ_SINK_BUFFERED_RECORDS).set(rows as f64);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn unknown_reasons_are_other() {
-        assert_eq!(reason_label("exhausted"), "exhausted");
-        assert_eq!(reason_label("not_avro"), "not_avro");
-        assert_eq!(reason_label("tenant-acme-special"), "other");
-        assert_eq!(reason_label(""), "other");
-    }
 }

@@ -17,15 +17,17 @@ use std::{
     collections::{BTreeMap, HashMap},
     io::IsTerminal,
     io::Write,
-    time::Duration,
+    time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
 use clap::Args;
 use futures::{stream::FuturesUnordered, StreamExt};
+use hookline_core::{epoch, RateLimit, TokenBucket};
 use hookline_envelope::{
-    decode, encode, DeadLetter, Delivery, QuarantinedEvent, QuarantinedHeader, ReplayOf, Topics,
+    decode, encode, error_chain, DeadLetter, Delivery, QuarantinedEvent, QuarantinedHeader,
+    ReplayOf, Topics,
 };
-use hookline_runtime::{config::CommonArgs, kafka, RuntimeError};
+use hookline_runtime::{config::CommonArgs, kafka, topic_check, RuntimeError};
 use indicatif::{ProgressBar, ProgressStyle};
 use rdkafka::{
     message::{Header, OwnedHeaders},
@@ -36,8 +38,7 @@ use crate::{
     cli::{open_source, CliError, SourceArgs, EXIT_NOTHING_MATCHED, EXIT_OK, EXIT_PARTIAL},
     filter::FilterArgs,
     inspect::{print_counts, CountBy, Output},
-    row::{error_chain, ArchiveRow, Kind},
-    service::now_ms,
+    row::{ArchiveRow, Kind},
     store::ArchiveArgs,
 };
 
@@ -203,14 +204,16 @@ pub async fn run(
     args: &ReplayArgs,
     out: &mut dyn Write,
 ) -> Result<Summary, CliError> {
-    let filter = args.filter.build(now_ms())?;
-    if let Some(rate) = args.rate {
-        if !(rate.is_finite() && rate > 0.0) {
+    let filter = args.filter.build(epoch::millis(SystemTime::now()))?;
+    let mut pacer = match args.rate.map(RateLimit::try_per_second).transpose() {
+        Ok(limit) => limit.map(Pacer::new),
+        Err(e) => {
             return Err(CliError::Usage(format!(
-                "invalid --rate `{rate}`: must be a positive number of records per second"
-            )));
+                "invalid --rate `{}`: must be a positive number of records per second",
+                e.rate
+            )))
         }
-    }
+    };
     let topics = Topics::with_prefix(&common.topic_prefix)?;
     let destination = match (&args.to_tier, args.source.quarantine) {
         (_, true) => Destination::SourceTopic(topics),
@@ -224,7 +227,7 @@ pub async fn run(
     };
     let producer = if args.execute {
         if let Destination::Fixed(topic) = &destination {
-            let missing = kafka::missing_topics(common, &[topic.as_str()]).await?;
+            let missing = topic_check::missing_topics(common, &[topic.as_str()]).await?;
             if !missing.is_empty() {
                 return Err(CliError::Usage(format!(
                     "the destination topic {topic} does not exist (check --to-tier and \
@@ -245,8 +248,6 @@ pub async fn run(
     let mut by_reason_tenant: BTreeMap<Vec<String>, u64> = BTreeMap::new();
     let mut by_destination: BTreeMap<String, u64> = BTreeMap::new();
     let mut in_flight = FuturesUnordered::new();
-    let interval = args.rate.map(|r| Duration::from_secs_f64(1.0 / r));
-    let mut next_send = tokio::time::Instant::now();
     while let Some(row) = source.next().await? {
         summary.scanned += 1;
         if !args.source.from_archive {
@@ -265,7 +266,7 @@ pub async fn run(
                 row.tenant_id.clone().unwrap_or_else(|| "-".into()),
             ])
             .or_default() += 1;
-        let record = match replay_record(&row, &destination, now_ms()) {
+        let record = match replay_record(&row, &destination, epoch::millis(SystemTime::now())) {
             Ok(r) => r,
             Err(NotReplayed::Failed(why)) => {
                 summary.failed += 1;
@@ -283,7 +284,7 @@ pub async fn run(
             continue;
         };
         if !exists.contains_key(&record.topic) {
-            let missing = kafka::missing_topics(common, &[record.topic.as_str()]).await?;
+            let missing = topic_check::missing_topics(common, &[record.topic.as_str()]).await?;
             exists.insert(record.topic.clone(), missing.is_empty());
         }
         if exists.get(&record.topic) == Some(&false) {
@@ -291,9 +292,8 @@ pub async fn run(
             tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, destination = %record.topic, "cannot replay: the destination topic does not exist");
             continue;
         }
-        if let Some(step) = interval {
-            tokio::time::sleep_until(next_send).await;
-            next_send = next_send.max(tokio::time::Instant::now()) + step;
+        if let Some(pacer) = &mut pacer {
+            pacer.wait_turn().await;
         }
         while in_flight.len() >= MAX_IN_FLIGHT {
             settle(in_flight.next().await, &mut summary, &mut by_destination);
@@ -352,6 +352,42 @@ pub async fn run(
 
 /// The record's destination topic and whether it was acknowledged.
 type SendResult = (String, Result<(), String>);
+
+/// Spaces sends by `--rate`: core's token bucket without a burst, on a monotonic clock
+/// (the time since the replay started stands in for the bucket's `SystemTime`), so a
+/// wall-clock step can neither bunch sends nor stall them.
+pub(crate) struct Pacer {
+    bucket: TokenBucket,
+    start: tokio::time::Instant,
+}
+
+impl Pacer {
+    pub(crate) fn new(limit: RateLimit) -> Self {
+        Self {
+            bucket: TokenBucket::new(limit.paced()),
+            start: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Takes the turn if one is free `elapsed` after the start; else how long to wait.
+    pub(crate) fn turn(&mut self, elapsed: Duration) -> Result<(), Duration> {
+        let now = UNIX_EPOCH + elapsed;
+        if self.bucket.try_take(now) {
+            return Ok(());
+        }
+        Err(self
+            .bucket
+            .next_start()
+            .duration_since(now)
+            .unwrap_or_default())
+    }
+
+    async fn wait_turn(&mut self) {
+        while let Err(wait) = self.turn(self.start.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
 
 async fn send(
     producer: FutureProducer,

@@ -175,3 +175,16 @@ fn exit_codes_follow_the_summary() {
     assert_eq!(s(3, 2, 0, 1).exit_code(), 2);
     assert_eq!(s(0, 0, 0, 0).exit_code(), 3);
 }
+
+#[test]
+fn replays_are_paced_evenly_at_the_rate_without_a_burst() {
+    let ms = Duration::from_millis;
+    let mut pacer = Pacer::new(RateLimit::per_second(20.0).unwrap());
+    assert_eq!(pacer.turn(ms(0)), Ok(()), "the first record goes at once");
+    assert_eq!(pacer.turn(ms(0)), Err(ms(50)));
+    assert_eq!(pacer.turn(ms(30)), Err(ms(20)));
+    assert_eq!(pacer.turn(ms(50)), Ok(()));
+    // A slow send leaves no credit behind: the next turn is one interval later.
+    assert_eq!(pacer.turn(ms(400)), Ok(()));
+    assert_eq!(pacer.turn(ms(400)), Err(ms(50)));
+}

@@ -7,7 +7,8 @@ use std::sync::LazyLock;
 
 use apache_avro::Schema;
 use chrono::{DateTime, Utc};
-use hookline_envelope::{decode, DeadLetter, QuarantinedEvent};
+use hookline_core::DeadLetterReason;
+use hookline_envelope::{decode, error_chain, DeadLetter, QuarantineReason, QuarantinedEvent};
 use serde::{Deserialize, Serialize};
 
 /// The archive row schema, compiled in from `schemas/archive_row.avsc`.
@@ -20,6 +21,9 @@ pub static SCHEMA: LazyLock<Schema> = LazyLock::new(|| {
 
 /// `reason` and `record_type` of a row whose value did not decode.
 pub const UNDECODABLE: &str = "undecodable";
+
+/// The metric label of a reason that is none of the known ones.
+const OTHER_REASON: &str = "other";
 
 /// The tenant directory of rows with no known tenant.
 pub const UNKNOWN_TENANT: &str = "_unknown";
@@ -266,21 +270,70 @@ pub fn encode_tenant(tenant: &str) -> String {
     out
 }
 
-/// Every cause of an error, joined with `: `.
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
+/// Every reason label of the archive metrics: each dead-letter reason, each quarantine
+/// reason, [`UNDECODABLE`] and `other`. Derived from the enums that define the reasons, so
+/// it cannot drift from what the dispatcher and the stages write.
+pub(crate) fn reason_labels() -> &'static [&'static str] {
+    static LABELS: LazyLock<Vec<&'static str>> = LazyLock::new(|| {
+        let mut labels: Vec<&'static str> = Vec::new();
+        let all = DeadLetterReason::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .chain(QuarantineReason::ALL.iter().map(|r| r.as_str()))
+            .chain([UNDECODABLE, OTHER_REASON]);
+        for label in all {
+            // `payload_too_large` is both a dead-letter and a quarantine reason.
+            if !labels.contains(&label) {
+                labels.push(label);
+            }
+        }
+        labels
+    });
+    &LABELS
+}
+
+/// The bounded metric label of a row's reason: itself if it is one of [`reason_labels`],
+/// else `other`.
+pub(crate) fn reason_label(reason: &str) -> &'static str {
+    reason_labels()
+        .iter()
+        .find(|r| **r == reason)
+        .copied()
+        .unwrap_or(OTHER_REASON)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unknown_reasons_are_other() {
+        assert_eq!(reason_label("exhausted"), "exhausted");
+        assert_eq!(reason_label("not_avro"), "not_avro");
+        assert_eq!(reason_label("tenant-acme-special"), "other");
+        assert_eq!(reason_label(""), "other");
+    }
+
+    #[test]
+    fn every_defined_reason_is_its_own_label_once() {
+        for r in DeadLetterReason::ALL {
+            assert_eq!(reason_label(r.as_str()), r.as_str());
+        }
+        for r in QuarantineReason::ALL {
+            assert_eq!(reason_label(r.as_str()), r.as_str());
+        }
+        assert_eq!(reason_label(UNDECODABLE), UNDECODABLE);
+        let labels = reason_labels();
+        let unique: std::collections::HashSet<_> = labels.iter().collect();
+        assert_eq!(unique.len(), labels.len(), "{labels:?}");
+        assert_eq!(labels.last(), Some(&"other"));
+    }
+
+    #[test]
+    fn a_retried_failure_is_not_a_reason_label() {
+        // A missing secret is retried, never dead-lettered.
+        assert_eq!(reason_label("missing_secret"), "other");
+    }
 
     #[test]
     fn tenant_encoding_keeps_plain_ids_and_escapes_the_rest() {

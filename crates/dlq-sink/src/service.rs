@@ -8,24 +8,30 @@
 //! every open file is written and the offsets committed synchronously before returning.
 
 use std::{
-    sync::{Arc, Mutex},
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
 };
 
 use bytes::Bytes;
+use hookline_core::epoch;
 use hookline_envelope::Topics;
-use hookline_runtime::{group_watch, health::Health, kafka};
+use hookline_runtime::{
+    group_watch,
+    health::Health,
+    kafka::{self, RevokeRecorder},
+};
 use rdkafka::{
-    consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer},
-    message::{BorrowedMessage, Headers, Message},
-    ClientContext, Offset, TopicPartitionList,
+    consumer::{CommitMode, Consumer, StreamConsumer},
+    message::{BorrowedMessage, Message},
+    Offset, TopicPartitionList,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::{
     archive::{FileKey, Limits, OpenFiles},
     metrics as sm,
-    row::{ArchiveHeader, ArchiveRow, Kind, RawRecord},
+    row::{ArchiveRow, Kind},
+    source::row_of,
     store::ArchiveStore,
     Config, DlqSinkError, STAGE,
 };
@@ -35,56 +41,8 @@ const TICK: Duration = Duration::from_millis(200);
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(10);
 
-/// Rebalance callbacks only record revoked partitions; the loop acts on them.
-#[derive(Debug, Default)]
-pub(crate) struct SinkContext {
-    revoked: Mutex<Vec<(String, i32)>>,
-}
-
-impl SinkContext {
-    fn take_revoked(&self) -> Vec<(String, i32)> {
-        std::mem::take(&mut *self.revoked.lock().unwrap_or_else(|p| p.into_inner()))
-    }
-}
-
-impl ClientContext for SinkContext {}
-
-impl ConsumerContext for SinkContext {
-    fn rebalance(
-        &self,
-        consumer: &BaseConsumer<Self>,
-        err: rdkafka::types::RDKafkaRespErr,
-        tpl: &mut rdkafka::TopicPartitionList,
-    ) {
-        hookline_runtime::kafka::cooperative_rebalance(self, consumer, err, tpl);
-    }
-
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
-        let parts = |tpl: &TopicPartitionList| -> Vec<(String, i32)> {
-            tpl.elements()
-                .iter()
-                .map(|e| (e.topic().to_owned(), e.partition()))
-                .collect()
-        };
-        match rebalance {
-            Rebalance::Revoke(tpl) => {
-                let revoked = parts(tpl);
-                tracing::info!(partitions = ?revoked, "partitions revoked");
-                self.revoked
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .extend(revoked);
-            }
-            Rebalance::Assign(tpl) => {
-                tracing::info!(partitions = ?parts(tpl), "partitions assigned");
-            }
-            Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
-        }
-    }
-}
-
 pub(crate) struct SinkLoop {
-    consumer: Arc<StreamConsumer<SinkContext>>,
+    consumer: Arc<StreamConsumer<RevokeRecorder>>,
     topics: Topics,
     store: ArchiveStore,
     files: OpenFiles,
@@ -104,18 +62,11 @@ impl SinkLoop {
         health: Health,
         stop: CancellationToken,
     ) -> Result<Self, DlqSinkError> {
-        let consumer: StreamConsumer<SinkContext> = kafka::group_config(
+        let consumer = kafka::manual_commit_consumer(
             &config.common,
             "hookline-dlq-sink",
             &config.sink.group_id,
-            None,
-        )?
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed")
-        .create_with_context(SinkContext::default())
-        .map_err(|e| hookline_runtime::RuntimeError::kafka("creating the consumer", e))?;
+        )?;
         Ok(Self {
             consumer: Arc::new(consumer),
             stall_timeout: config.common.consumer_stall_timeout,
@@ -159,13 +110,16 @@ impl SinkLoop {
             };
             self.forget_revoked();
             match received {
-                Some(Ok(Some((kind, row)))) => self.files.append(kind, &row, now_ms())?,
+                Some(Ok(Some((kind, row)))) => {
+                    self.files
+                        .append(kind, &row, epoch::millis(SystemTime::now()))?
+                }
                 Some(Ok(None)) => {}
                 Some(Err(error)) => tracing::warn!(%error, "consumer error; continuing"),
                 None => {}
             }
             self.health.beat(LOOP);
-            let now = now_ms();
+            let now = epoch::millis(SystemTime::now());
             sm::backlog(
                 self.files.oldest_unarchived_ms(),
                 now,
@@ -216,26 +170,7 @@ impl SinkLoop {
             );
             return None;
         };
-        let headers = msg
-            .headers()
-            .map(|hs| {
-                hs.iter()
-                    .map(|h| ArchiveHeader {
-                        name: h.key.to_owned(),
-                        value: h.value.map(<[u8]>::to_vec),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let rec = RawRecord {
-            topic: msg.topic(),
-            partition: msg.partition(),
-            offset: msg.offset(),
-            timestamp: msg.timestamp().to_millis(),
-            key: msg.key(),
-            value: msg.payload(),
-        };
-        let row = ArchiveRow::from_record(kind, rec, headers, now_ms());
+        let row = row_of(kind, msg, epoch::millis(SystemTime::now()));
         if let Some(error) = &row.decode_error {
             tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %error, "archiving an undecodable record raw");
         }
@@ -268,7 +203,7 @@ impl SinkLoop {
                         sm::write_failed(started.elapsed());
                         self.health
                             .set_ready(STAGE, Err(format!("cannot write to the archive: {error}")));
-                        tracing::warn!(error = %crate::row::error_chain(&error), %path, "archive write failed; retrying");
+                        tracing::warn!(error = %hookline_envelope::error_chain(&error), %path, "archive write failed; retrying");
                         if deadline.is_none() && self.stop.is_cancelled() {
                             deadline = Some(Instant::now() + self.grace);
                         }
@@ -318,11 +253,4 @@ impl SinkLoop {
             }
         }
     }
-}
-
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }

@@ -8,10 +8,12 @@
 
 use std::{
     collections::{HashMap, HashSet, VecDeque},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use apache_avro::{from_value, Reader};
+use hookline_core::epoch;
+use hookline_envelope::error_chain;
 use hookline_runtime::{config::CommonArgs, kafka, RuntimeError};
 use object_store::path::Path;
 use rdkafka::{
@@ -23,8 +25,7 @@ use rdkafka::{
 
 use crate::{
     filter::Filter,
-    row::{error_chain, ArchiveHeader, ArchiveRow, Kind, RawRecord},
-    service::now_ms,
+    row::{ArchiveHeader, ArchiveRow, Kind, RawRecord},
     store::{ArchiveStore, StoreError},
 };
 
@@ -187,26 +188,7 @@ impl TopicSource {
                         continue;
                     }
                     let last = msg.offset() + 1 >= target;
-                    let headers = msg
-                        .headers()
-                        .map(|hs| {
-                            hs.iter()
-                                .map(|h| ArchiveHeader {
-                                    name: h.key.to_owned(),
-                                    value: h.value.map(<[u8]>::to_vec),
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    let rec = RawRecord {
-                        topic: msg.topic(),
-                        partition,
-                        offset: msg.offset(),
-                        timestamp: msg.timestamp().to_millis(),
-                        key: msg.key(),
-                        value: msg.payload(),
-                    };
-                    let row = ArchiveRow::from_record(self.kind, rec, headers, now_ms());
+                    let row = row_of(self.kind, &msg, epoch::millis(SystemTime::now()));
                     drop(msg);
                     if last {
                         self.close(partition);
@@ -312,4 +294,29 @@ impl ArchiveSource {
             }
         }
     }
+}
+
+/// The archive row of a consumed message: its coordinates, key, headers and value as
+/// read, archived at `now_ms`. The sink loop and `--from-topic` reading both make rows so.
+pub(crate) fn row_of<M: Message>(kind: Kind, msg: &M, now_ms: i64) -> ArchiveRow {
+    let headers = msg
+        .headers()
+        .map(|hs| {
+            hs.iter()
+                .map(|h| ArchiveHeader {
+                    name: h.key.to_owned(),
+                    value: h.value.map(<[u8]>::to_vec),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let rec = RawRecord {
+        topic: msg.topic(),
+        partition: msg.partition(),
+        offset: msg.offset(),
+        timestamp: msg.timestamp().to_millis(),
+        key: msg.key(),
+        value: msg.payload(),
+    };
+    ArchiveRow::from_record(kind, rec, headers, now_ms)
 }

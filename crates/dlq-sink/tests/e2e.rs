@@ -7,10 +7,14 @@
 
 mod common;
 
-use std::{collections::BTreeSet, time::Duration};
+use std::{
+    collections::BTreeSet,
+    time::{Duration, SystemTime},
+};
 
 use clap::Parser;
 use common::{wait_for_archive, Env};
+use hookline_core::epoch;
 use hookline_envelope::{delivery_id, encode, Delivery, Subscription};
 use hookline_testkit::{
     kafka,
@@ -26,13 +30,6 @@ struct DispatcherCli {
 }
 
 const DELIVERIES: usize = 6;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id() {
@@ -56,7 +53,7 @@ async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id
         max_in_flight: 4,
         rate_limit_per_s: None,
         version: 1,
-        updated_at: now_ms(),
+        updated_at: epoch::millis(SystemTime::now()),
     };
     env.producer
         .send(
@@ -71,7 +68,7 @@ async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id
     let mut ids = BTreeSet::new();
     for n in 0..DELIVERIES {
         let event_id = format!("evt-e2e-{n}");
-        let now = now_ms();
+        let now = epoch::millis(SystemTime::now());
         let d = Delivery {
             delivery_id: delivery_id(&event_id, &sub.subscription_id),
             payload: format!(r#"{{"n":{n}}}"#).into_bytes(),

@@ -15,12 +15,10 @@ use crate::{
     records::{QuarantineReason, Record},
     schema::{RecordKind, Registry},
 };
-
-/// The two marker bytes that open every single-object encoded value.
-pub const MAGIC: [u8; 2] = [0xC3, 0x01];
-
-/// Magic plus fingerprint: the bytes before the datum.
-pub const HEADER_LEN: usize = 10;
+pub use crate::{
+    guard::DatumError,
+    header::{fingerprint_of, HEADER_LEN, MAGIC},
+};
 
 /// Why bytes did not decode as the expected record.
 #[derive(Debug, thiserror::Error)]
@@ -82,50 +80,6 @@ impl DecodeError {
     }
 }
 
-/// What is wrong inside a datum. Offsets count from the start of the datum (after the header).
-#[derive(Debug, thiserror::Error)]
-pub enum DatumError {
-    /// The datum ends in the middle of a value.
-    #[error("datum ends early at byte {at}")]
-    Truncated {
-        /// Where more bytes were needed.
-        at: usize,
-    },
-    /// A varint longer than 10 bytes or beyond 64 bits.
-    #[error("varint at byte {at} overflows 64 bits")]
-    VarintOverflow {
-        /// Where the varint starts.
-        at: usize,
-    },
-    /// A length or count that is negative or larger than the bytes that remain.
-    #[error("length {declared} at byte {at} does not fit the {remaining} bytes left")]
-    BadLength {
-        /// Where the length starts.
-        at: usize,
-        /// The length declared.
-        declared: i64,
-        /// Bytes left after it.
-        remaining: usize,
-    },
-    /// A union branch or enum symbol index out of range.
-    #[error("index {index} at byte {at} is out of range 0..{len}")]
-    BadIndex {
-        /// Where the index starts.
-        at: usize,
-        /// The index declared.
-        index: i64,
-        /// How many branches or symbols there are.
-        len: usize,
-    },
-    /// The writer schema has a construct the pre-scan cannot walk (schemas are checked when
-    /// they are registered, so this is not expected).
-    #[error("writer schema is not supported by the pre-scan")]
-    UnsupportedSchema,
-    /// apache-avro rejected the datum, its resolution, or its conversion to the Rust type.
-    #[error(transparent)]
-    Avro(#[from] apache_avro::Error),
-}
-
 /// Encodes `record` with its current schema as single-object Avro.
 ///
 /// # Panics
@@ -143,18 +97,7 @@ pub fn encode<T: Record>(record: &T) -> Vec<u8> {
 /// Decodes single-object `bytes` as `T`, accepting every writer version in
 /// [`Registry::global`]. Never panics.
 pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, DecodeError> {
-    decode_with(Registry::global(), bytes)
-}
-
-/// The writer fingerprint of single-object `bytes`, if they have the header.
-pub fn fingerprint_of(bytes: &[u8]) -> Option<u64> {
-    let header = bytes.get(..HEADER_LEN)?;
-    if header[..2] != MAGIC {
-        return None;
-    }
-    let mut fp = [0u8; 8];
-    fp.copy_from_slice(&header[2..]);
-    Some(u64::from_le_bytes(fp))
+    Registry::global().decode(bytes)
 }
 
 /// The record single-object `bytes` were written as, if their fingerprint is known.
@@ -162,38 +105,44 @@ pub fn kind_of(bytes: &[u8]) -> Option<RecordKind> {
     Registry::global().kind_of(bytes)
 }
 
-pub(crate) fn decode_with<T: Record>(registry: &Registry, bytes: &[u8]) -> Result<T, DecodeError> {
-    if bytes.len() < HEADER_LEN {
-        return Err(DecodeError::TooShort { len: bytes.len() });
-    }
-    let fingerprint = fingerprint_of(bytes).ok_or(DecodeError::BadMagic {
-        found: [bytes[0], bytes[1]],
-    })?;
-    let writer = registry
-        .lookup(fingerprint)
-        .ok_or(DecodeError::UnknownFingerprint { fingerprint })?;
-    if writer.kind() != T::KIND {
-        return Err(DecodeError::WrongRecord {
-            expected: T::KIND,
-            found: writer.kind(),
-        });
-    }
-    let record = T::KIND;
-    let bad = |source: DatumError| DecodeError::BadDatum { record, source };
+impl Registry {
+    /// Decodes single-object `bytes` into `T`, resolving from any known writer version of
+    /// `T`'s record to `T`'s schema. Never panics, whatever the bytes.
+    ///
+    /// Lives here rather than in `schema` so that the schemas never depend on the codec.
+    pub fn decode<T: Record>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+        if bytes.len() < HEADER_LEN {
+            return Err(DecodeError::TooShort { len: bytes.len() });
+        }
+        let fingerprint = fingerprint_of(bytes).ok_or(DecodeError::BadMagic {
+            found: [bytes[0], bytes[1]],
+        })?;
+        let writer = self
+            .lookup(fingerprint)
+            .ok_or(DecodeError::UnknownFingerprint { fingerprint })?;
+        if writer.kind() != T::KIND {
+            return Err(DecodeError::WrongRecord {
+                expected: T::KIND,
+                found: writer.kind(),
+            });
+        }
+        let record = T::KIND;
+        let bad = |source: DatumError| DecodeError::BadDatum { record, source };
 
-    let datum = &bytes[HEADER_LEN..];
-    let used = guard::scan(writer.schema(), datum).map_err(bad)?;
-    if used != datum.len() {
-        return Err(DecodeError::TrailingBytes {
-            record,
-            count: datum.len() - used,
-        });
-    }
+        let datum = &bytes[HEADER_LEN..];
+        let used = guard::scan(writer.schema(), datum).map_err(bad)?;
+        if used != datum.len() {
+            return Err(DecodeError::TrailingBytes {
+                record,
+                count: datum.len() - used,
+            });
+        }
 
-    let reader = T::schema();
-    let resolve_to = (reader.fingerprint() != writer.fingerprint()).then(|| reader.schema());
-    let mut input = datum;
-    let value = from_avro_datum(writer.schema(), &mut input, resolve_to)
-        .map_err(|e| bad(DatumError::Avro(e)))?;
-    from_value::<T>(&value).map_err(|e| bad(DatumError::Avro(e)))
+        let reader = T::schema();
+        let resolve_to = (reader.fingerprint() != writer.fingerprint()).then(|| reader.schema());
+        let mut input = datum;
+        let value = from_avro_datum(writer.schema(), &mut input, resolve_to)
+            .map_err(|e| bad(DatumError::Avro(e)))?;
+        from_value::<T>(&value).map_err(|e| bad(DatumError::Avro(e)))
+    }
 }

@@ -7,7 +7,49 @@
 
 use apache_avro::Schema;
 
-use crate::codec::DatumError;
+/// What is wrong inside a datum. Offsets count from the start of the datum (after the header).
+#[derive(Debug, thiserror::Error)]
+pub enum DatumError {
+    /// The datum ends in the middle of a value.
+    #[error("datum ends early at byte {at}")]
+    Truncated {
+        /// Where more bytes were needed.
+        at: usize,
+    },
+    /// A varint longer than 10 bytes or beyond 64 bits.
+    #[error("varint at byte {at} overflows 64 bits")]
+    VarintOverflow {
+        /// Where the varint starts.
+        at: usize,
+    },
+    /// A length or count that is negative or larger than the bytes that remain.
+    #[error("length {declared} at byte {at} does not fit the {remaining} bytes left")]
+    BadLength {
+        /// Where the length starts.
+        at: usize,
+        /// The length declared.
+        declared: i64,
+        /// Bytes left after it.
+        remaining: usize,
+    },
+    /// A union branch or enum symbol index out of range.
+    #[error("index {index} at byte {at} is out of range 0..{len}")]
+    BadIndex {
+        /// Where the index starts.
+        at: usize,
+        /// The index declared.
+        index: i64,
+        /// How many branches or symbols there are.
+        len: usize,
+    },
+    /// The writer schema has a construct the pre-scan cannot walk (schemas are checked when
+    /// they are registered, so this is not expected).
+    #[error("writer schema is not supported by the pre-scan")]
+    UnsupportedSchema,
+    /// apache-avro rejected the datum, its resolution, or its conversion to the Rust type.
+    #[error(transparent)]
+    Avro(#[from] apache_avro::Error),
+}
 
 /// Checks that `schema` uses only what [`scan`] understands: primitives, the int/long
 /// logical types, records, enums, fixed, arrays, maps and unions, with no named references

@@ -14,6 +14,7 @@
 
 pub mod codec;
 mod guard;
+mod header;
 pub mod ids;
 pub mod quarantine;
 pub mod records;

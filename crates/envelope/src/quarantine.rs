@@ -83,7 +83,9 @@ pub fn decode_value<T: Record>(value: Option<&[u8]>) -> Result<T, Unusable> {
     decode(bytes).map_err(|e| Unusable::from(&e))
 }
 
-/// An error and its sources on one line, joined with `: `.
+/// An error and its sources on one line, joined with `: `: how every hookline crate
+/// prints an error in a log field, a record's `detail` or a CLI's last line. Here because
+/// this is the lowest crate that needs it.
 pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
@@ -141,6 +143,19 @@ mod tests {
         for (i, (got, want)) in cases.into_iter().enumerate() {
             assert_eq!(got, want, "case {i}");
         }
+    }
+
+    #[test]
+    fn error_chain_joins_every_source_in_order() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] Middle);
+        #[derive(Debug, thiserror::Error)]
+        #[error("middle")]
+        struct Middle(#[source] std::io::Error);
+        let e = Outer(Middle(std::io::Error::other("inner")));
+        assert_eq!(error_chain(&e), "outer: middle: inner");
+        assert_eq!(error_chain(&std::io::Error::other("alone")), "alone");
     }
 
     #[test]

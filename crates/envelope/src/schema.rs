@@ -14,11 +14,7 @@ use std::{collections::HashMap, fmt, str::FromStr, sync::LazyLock};
 
 use apache_avro::{error::CompatibilityError, schema_compatibility::SchemaCompatibility, Schema};
 
-use crate::{
-    codec::{self, DecodeError},
-    guard,
-    records::Record,
-};
+use crate::{guard, header};
 
 /// The Avro namespace of every contract record.
 pub const NAMESPACE: &str = "dev.hookline.v1";
@@ -226,11 +222,8 @@ impl KnownSchema {
     }
 
     /// The 10-byte single-object header: `C3 01` + fingerprint, little-endian.
-    pub fn header(&self) -> [u8; codec::HEADER_LEN] {
-        let mut h = [0u8; codec::HEADER_LEN];
-        h[..2].copy_from_slice(&codec::MAGIC);
-        h[2..].copy_from_slice(&self.fingerprint.to_le_bytes());
-        h
+    pub fn header(&self) -> [u8; header::HEADER_LEN] {
+        header::header_for(self.fingerprint)
     }
 }
 
@@ -366,14 +359,8 @@ impl Registry {
 
     /// Which record single-object `bytes` claim to be, if their fingerprint is known here.
     pub fn kind_of(&self, bytes: &[u8]) -> Option<RecordKind> {
-        codec::fingerprint_of(bytes)
+        header::fingerprint_of(bytes)
             .and_then(|fp| self.lookup(fp))
             .map(|k| k.kind)
-    }
-
-    /// Decodes single-object `bytes` into `T`, resolving from any known writer version of
-    /// `T`'s record to `T`'s schema. Never panics, whatever the bytes.
-    pub fn decode<T: Record>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
-        codec::decode_with(self, bytes)
     }
 }

@@ -6,8 +6,19 @@
 
 use std::fmt;
 
-/// The default retry ladder's tier names, shortest delay first.
-pub const DEFAULT_RETRY_TIERS: [&str; 4] = ["retry-10s", "retry-1m", "retry-15m", "retry-2h"];
+use hookline_core::ladder::{illegal_topic_char, DEFAULT_TIERS};
+
+/// The default retry ladder's tier names, shortest delay first: those of
+/// [`hookline_core::ladder::DEFAULT_TIERS`].
+pub const DEFAULT_RETRY_TIERS: [&str; DEFAULT_TIERS.len()] = {
+    let mut names = [""; DEFAULT_TIERS.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = DEFAULT_TIERS[i].0;
+        i += 1;
+    }
+    names
+};
 
 /// Kafka's maximum topic name length.
 pub const MAX_TOPIC_LEN: usize = 249;
@@ -206,11 +217,9 @@ impl fmt::Display for Topics {
     }
 }
 
+/// Kafka's rule for the characters of a name, which the ladder applies to tier names.
 fn check_chars(what: &'static str, value: &str) -> Result<(), TopicError> {
-    match value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
+    match illegal_topic_char(value) {
         Some(ch) => Err(TopicError::IllegalChar {
             what,
             value: value.to_owned(),

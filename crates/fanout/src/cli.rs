@@ -5,11 +5,11 @@
 use std::{
     io::Write,
     path::PathBuf,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use clap::{Args, Subcommand, ValueEnum};
-use hookline_core::matching::EventTypeFilter;
+use hookline_core::{epoch, matching::EventTypeFilter, RateLimit};
 use hookline_envelope::{encode, Subscription, Topics};
 use hookline_runtime::{config::CommonArgs, kafka, subscriptions};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -248,10 +248,12 @@ pub fn validate(spec: &SubscriptionSpec, allow_http: bool) -> Vec<String> {
             format!("{} is outside 1..={MAX_IN_FLIGHT}", spec.max_in_flight),
         );
     }
-    if let Some(r) = spec.rate_limit_per_s {
-        if !(r.is_finite() && r > 0.0) {
-            bad("rate_limit_per_s", format!("{r} must be a positive number"));
-        }
+    if let Err(e) = spec
+        .rate_limit_per_s
+        .map(RateLimit::try_per_second)
+        .transpose()
+    {
+        bad("rate_limit_per_s", e.to_string());
     }
     problems
 }
@@ -298,7 +300,7 @@ pub async fn run(
             }
             let table = subscriptions::load_snapshot(common, topic, CLI_TIMEOUT).await?;
             let producer = producer(common)?;
-            let now = now_millis();
+            let now = epoch::millis(SystemTime::now());
             for spec in specs {
                 let version = table
                     .get(&spec.subscription_id)
@@ -433,13 +435,6 @@ async fn write(
             topic: topic.to_owned(),
             why: e.to_string(),
         })
-}
-
-fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

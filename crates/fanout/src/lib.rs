@@ -6,13 +6,12 @@
 
 pub mod cli;
 pub mod config;
-mod context;
 mod metrics;
 mod service;
 pub mod transform;
 
 use hookline_envelope::{TopicError, Topics};
-use hookline_runtime::{kafka, ops::Ops, shutdown, subscriptions, RuntimeError};
+use hookline_runtime::{ops::Ops, shutdown, subscriptions, topic_check, RuntimeError};
 use tokio_util::sync::CancellationToken;
 
 pub use config::{Config, FanoutArgs};
@@ -71,7 +70,7 @@ async fn run_stage(
         topics.deliveries(),
         topics.quarantine(),
     ];
-    if !kafka::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
+    if !topic_check::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
         return Ok(());
     }
     subscriptions::run_with_table(

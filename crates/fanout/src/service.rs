@@ -14,11 +14,17 @@
 use std::{
     collections::BTreeMap,
     sync::Arc,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime},
 };
 
+use hookline_core::epoch;
 use hookline_envelope::{encode, Topics};
-use hookline_runtime::{group_watch, health::Health, kafka, subscriptions::Subscriptions};
+use hookline_runtime::{
+    group_watch,
+    health::Health,
+    kafka::{self, RevokeRecorder},
+    subscriptions::Subscriptions,
+};
 use rdkafka::{
     consumer::{Consumer, StreamConsumer},
     error::KafkaError,
@@ -30,7 +36,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::Config,
-    context::FanoutContext,
     metrics as fm,
     transform::{fan_out, Output},
     FanoutError, STAGE,
@@ -48,7 +53,7 @@ const RETRIABLE_TRIES: u32 = 10;
 pub(crate) struct FanoutLoop {
     config: Config,
     topics: Topics,
-    consumer: Arc<StreamConsumer<FanoutContext>>,
+    consumer: Arc<StreamConsumer<RevokeRecorder>>,
     producer: FutureProducer,
     subs: Subscriptions,
     health: Health,
@@ -109,18 +114,11 @@ impl FanoutLoop {
         subs: Subscriptions,
         health: Health,
     ) -> Result<Self, FanoutError> {
-        let consumer: StreamConsumer<FanoutContext> = kafka::group_config(
+        let consumer = kafka::manual_commit_consumer(
             &config.common,
             "hookline-fanout",
             &config.fanout.group_id,
-            None,
-        )?
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed")
-        .create_with_context(FanoutContext::default())
-        .map_err(|e| kafka_err("creating the events consumer", e))?;
+        )?;
         let producer = Self::transactional_producer(&config).await?;
         Ok(Self {
             config,
@@ -288,7 +286,7 @@ impl FanoutLoop {
     async fn transact(&self, batch: &Batch) -> Result<fm::TxnCounts, TxnError> {
         let timeout = self.config.fanout.txn_timeout;
         self.producer.begin_transaction().map_err(classify)?;
-        let now_ms = now_millis();
+        let now_ms = epoch::millis(SystemTime::now());
         let mut counts = fm::TxnCounts {
             consumed: batch.messages.len(),
             ..fm::TxnCounts::default()
@@ -423,11 +421,4 @@ fn classify(e: KafkaError) -> TxnError {
 
 fn kafka_err(context: &str, e: KafkaError) -> FanoutError {
     FanoutError::Runtime(hookline_runtime::RuntimeError::kafka(context, e))
-}
-
-fn now_millis() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or_default()
 }

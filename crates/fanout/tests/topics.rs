@@ -233,7 +233,7 @@ fn the_binary_previews_by_default_and_exits_non_zero_on_refusal() {
 
 #[tokio::test]
 async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
-    use hookline_runtime::{health::Health, kafka};
+    use hookline_runtime::{health::Health, topic_check};
     use tokio_util::sync::CancellationToken;
 
     let prefix = prefix();
@@ -252,7 +252,9 @@ async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
 
     let cli = cli(&prefix, &[]);
     let wanted = [topics.events(), topics.subscriptions(), topics.deliveries()];
-    let wrong = kafka::wrong_topics(&cli.common, &wanted).await.unwrap();
+    let wrong = topic_check::wrong_topics(&cli.common, &wanted)
+        .await
+        .unwrap();
     assert_eq!(wrong.len(), 1, "{wrong:?}");
     assert!(wrong[0].contains(topics.subscriptions()), "{wrong:?}");
     assert!(wrong[0].contains("must be `compact`"), "{wrong:?}");
@@ -264,7 +266,7 @@ async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
         let wanted: Vec<String> = wanted.iter().map(|t| (*t).to_owned()).collect();
         tokio::spawn(async move {
             let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
-            kafka::wait_for_topics(&common, &wanted, &health, "test", &stop).await
+            topic_check::wait_for_topics(&common, &wanted, &health, "test", &stop).await
         })
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);

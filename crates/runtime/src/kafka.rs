@@ -3,20 +3,20 @@
 //! after this for its correctness (isolation level, offset handling,
 //! transactional id, idempotence) deliberately win over the passthrough.
 
-use std::{collections::HashSet, time::Duration};
+use std::time::Duration;
 
+use crate::{config::CommonArgs, RuntimeError};
 use hookline_envelope::{QuarantinedHeader, SourceRecord};
 use rdkafka::{
-    admin::{AdminClient, AdminOptions, ResourceSpecifier},
-    client::DefaultClientContext,
-    consumer::{BaseConsumer, Consumer, ConsumerContext},
+    consumer::ConsumerContext,
     error::KafkaError,
     message::{Headers, Message},
     ClientConfig, ClientContext,
 };
-use tokio_util::sync::CancellationToken;
 
-use crate::{config::CommonArgs, health::Health, RuntimeError};
+mod rebalance;
+
+pub use rebalance::{cooperative_rebalance, manual_commit_consumer, partitions, RevokeRecorder};
 
 /// A client context that logs librdkafka's errors through `tracing`, except
 /// end-of-partition notices, which readers that follow a topic expect.
@@ -39,53 +39,6 @@ impl ConsumerContext for QuietContext {}
 
 /// The `partition.assignment.strategy` of every hookline group consumer.
 pub const ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
-
-/// A rebalance of a consumer configured with [`ASSIGNMENT_STRATEGY`]: the
-/// context's `pre_rebalance`, then `incremental_assign`/`incremental_unassign`,
-/// then its `post_rebalance`. Every hookline `ConsumerContext` overrides
-/// `rebalance` with this.
-///
-/// rdkafka's default `rebalance` asks librdkafka for the rebalance protocol at
-/// callback time. When a consumer's group session is lost (a broker restart
-/// that outlasts `session.timeout.ms`), librdkafka can answer NONE there; the
-/// default then calls the eager `assign(NULL)`, librdkafka refuses it for a
-/// cooperative assignor, the error is dropped, and the consumer waits for an
-/// unassign that never comes: it never rejoins its group (seen in `make faults`
-/// `broker_restart`: fanout idle, its group empty). The strategy is ours, so
-/// the incremental calls are always the right ones; the eager ones are only a
-/// fallback if librdkafka refuses them, and every refusal is logged.
-pub fn cooperative_rebalance<C: ConsumerContext>(
-    context: &C,
-    consumer: &BaseConsumer<C>,
-    err: rdkafka::types::RDKafkaRespErr,
-    tpl: &mut rdkafka::TopicPartitionList,
-) {
-    use rdkafka::{consumer::Rebalance, types::RDKafkaRespErr};
-    let rebalance = match err {
-        RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Rebalance::Assign(tpl),
-        RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => Rebalance::Revoke(tpl),
-        other => Rebalance::Error(KafkaError::Rebalance(other.into())),
-    };
-    context.pre_rebalance(consumer, &rebalance);
-    let applied = match &rebalance {
-        Rebalance::Assign(tpl) => consumer.incremental_assign(tpl).or_else(|error| {
-            tracing::warn!(%error, "incremental_assign refused; assigning eagerly");
-            consumer.assign(tpl)
-        }),
-        Rebalance::Revoke(tpl) => consumer.incremental_unassign(tpl).or_else(|error| {
-            tracing::warn!(%error, "incremental_unassign refused; unassigning eagerly");
-            consumer.unassign()
-        }),
-        Rebalance::Error(error) => {
-            tracing::warn!(%error, "rebalance error");
-            Ok(())
-        }
-    };
-    if let Err(error) = applied {
-        tracing::error!(%error, "could not apply a rebalance; the consumer may stop receiving");
-    }
-    context.post_rebalance(consumer, &rebalance);
-}
 
 /// A base client configuration for `client_id`, with bootstrap servers and the
 /// operator's passthrough applied; the caller adds its own settings on top.
@@ -232,118 +185,6 @@ pub fn check_group_flags(common: &CommonArgs) -> Result<(), RuntimeError> {
         }
     }
     Ok(())
-}
-
-/// How often missing topics are looked for again.
-const TOPIC_RECHECK: Duration = Duration::from_secs(2);
-
-/// The topics of `wanted` the cluster does not have (or cannot show).
-pub async fn missing_topics(
-    common: &CommonArgs,
-    wanted: &[&str],
-) -> Result<Vec<String>, RuntimeError> {
-    let client: BaseConsumer = client_config(common, "hookline-topic-check")?
-        .create()
-        .map_err(|e| RuntimeError::kafka("creating the metadata client", e))?;
-    let metadata =
-        tokio::task::spawn_blocking(move || client.fetch_metadata(None, Duration::from_secs(10)))
-            .await
-            .map_err(|e| {
-                RuntimeError::kafka(format!("metadata task failed: {e}"), KafkaError::Canceled)
-            })?
-            .map_err(|e| RuntimeError::kafka("reading cluster metadata", e))?;
-    let present: HashSet<&str> = metadata
-        .topics()
-        .iter()
-        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
-        .map(|t| t.name())
-        .collect();
-    Ok(wanted
-        .iter()
-        .filter(|t| !present.contains(**t))
-        .map(|t| (*t).to_owned())
-        .collect())
-}
-
-/// The topics of `wanted` whose settings would lose data, each with the
-/// reason: a compacted tenant-keyed queue keeps one record per tenant, an
-/// uncompacted `subscriptions` forgets subscriptions. The rule lives in
-/// [`crate::provision::wrong_topic_config`], beside the provisioning command.
-pub async fn wrong_topics(
-    common: &CommonArgs,
-    wanted: &[&str],
-) -> Result<Vec<String>, RuntimeError> {
-    let Ok(topics) = hookline_envelope::Topics::with_prefix(&common.topic_prefix) else {
-        return Ok(Vec::new()); // the service reports a bad prefix itself
-    };
-    let admin: AdminClient<DefaultClientContext> = client_config(common, "hookline-topic-check")?
-        .create()
-        .map_err(|e| RuntimeError::kafka("creating the admin client", e))?;
-    let specifiers: Vec<ResourceSpecifier<'_>> =
-        wanted.iter().map(|t| ResourceSpecifier::Topic(t)).collect();
-    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
-    let results = admin
-        .describe_configs(&specifiers, &opts)
-        .await
-        .map_err(|e| RuntimeError::kafka("describing topic configs", e))?;
-    let mut wrong = Vec::new();
-    for (topic, result) in wanted.iter().zip(results) {
-        let resource = result.map_err(|code| {
-            RuntimeError::kafka(format!("describing {topic}"), KafkaError::AdminOp(code))
-        })?;
-        let policy = resource
-            .get("cleanup.policy")
-            .and_then(|e| e.value.as_deref());
-        wrong.extend(crate::provision::wrong_topic_config(&topics, topic, policy));
-    }
-    Ok(wrong)
-}
-
-/// Waits until every topic in `wanted` exists with settings that cannot lose
-/// data, keeping the service unready with a message naming the missing or
-/// wrong ones. Returns `false` if `stop` fired first. When the settings cannot
-/// be read (no DescribeConfigs permission), that is logged and not fatal.
-pub async fn wait_for_topics(
-    common: &CommonArgs,
-    wanted: &[&str],
-    health: &Health,
-    stage: &'static str,
-    stop: &CancellationToken,
-) -> Result<bool, RuntimeError> {
-    let mut warned: Option<String> = None;
-    loop {
-        let why = match missing_topics(common, wanted).await {
-            Ok(missing) if missing.is_empty() => match wrong_topics(common, wanted).await {
-                Ok(wrong) if wrong.is_empty() => {
-                    health.set_ready("topics", Ok(()));
-                    return Ok(true);
-                }
-                Ok(wrong) => format!(
-                    "wrong topic settings: {} (fix them with `hookline-fanout topics --execute`)",
-                    wrong.join("; ")
-                ),
-                Err(e) => {
-                    tracing::warn!(stage, error = %e, "cannot check topic settings; going on");
-                    health.set_ready("topics", Ok(()));
-                    return Ok(true);
-                }
-            },
-            Ok(missing) => format!(
-                "missing topics: {} (create them with `hookline-fanout topics --execute`)",
-                missing.join(", ")
-            ),
-            Err(e) => format!("cannot check topics: {e}"),
-        };
-        if warned.as_deref() != Some(why.as_str()) {
-            tracing::warn!(stage, %why, "waiting for topics");
-            warned = Some(why.clone());
-        }
-        health.set_ready("topics", Err(why));
-        tokio::select! {
-            _ = stop.cancelled() => return Ok(false),
-            _ = tokio::time::sleep(TOPIC_RECHECK) => {}
-        }
-    }
 }
 
 /// Where a consumed message was read and its raw key and value, for

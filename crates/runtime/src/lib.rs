@@ -15,6 +15,7 @@ pub mod shutdown;
 pub mod signing;
 pub mod subscriptions;
 pub mod telemetry;
+pub mod topic_check;
 
 mod error;
 

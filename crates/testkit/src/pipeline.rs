@@ -6,7 +6,7 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use crate::{
@@ -14,6 +14,7 @@ use crate::{
     receiver::{Receiver, Recorded},
 };
 use anyhow::{bail, Context};
+use hookline_core::epoch;
 use hookline_envelope::{delivery_id, encode, DomainEvent, Subscription, Topics};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde::{Deserialize, Serialize};
@@ -127,18 +128,14 @@ struct Stamp {
     seq: Option<u64>,
 }
 
+/// Microseconds since the epoch, now.
 pub fn now_us() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or_default()
+    epoch::micros(SystemTime::now())
 }
 
 /// Microseconds since the epoch of a wall-clock time.
 pub fn epoch_us(t: SystemTime) -> i64 {
-    t.duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or_default()
+    epoch::micros(t)
 }
 
 /// The production time written into a pipeline payload, if it is one.

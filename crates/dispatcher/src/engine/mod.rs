@@ -40,7 +40,6 @@ use tokio_util::sync::CancellationToken;
 pub(crate) use crate::part::Input;
 use crate::{
     attempt::{self, AttemptContext, Finished, Target},
-    config::DRAIN_SLACK,
     consumer::{Command, Consumers, FromKafka},
     events,
     machine::{Action, Directory, GateAction, Intake, Machine, Note},
@@ -247,7 +246,7 @@ impl Engine {
         let record = unusable.quarantine(
             &kafka::source_record(msg),
             kafka::quarantined_headers(msg),
-            now_ms(),
+            hookline_core::epoch::millis(SystemTime::now()),
         );
         tracing::warn!(
             topic = msg.topic(),
@@ -437,11 +436,4 @@ async fn sleep_until_some(at: Option<tokio::time::Instant>) {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
     }
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
 }

@@ -29,11 +29,12 @@ mod tests;
 
 use std::{
     collections::HashMap,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{Duration, SystemTime},
 };
 
 use hookline_core::{
-    head_decision, Flow, HeadDecision, Job, LaneKey, LaneLimits, LaneSettings, Lanes, Started,
+    epoch, head_decision, Flow, HeadDecision, Job, LaneKey, LaneLimits, LaneSettings, Lanes,
+    Started,
 };
 use hookline_envelope::{decode_value, Delivery, Unusable};
 
@@ -239,7 +240,9 @@ impl Machine {
         };
         let retry = self.inputs[usize::from(part.input)].retry;
         if retry {
-            if let HeadDecision::Wait { until } = head_decision(millis(delivery.due_at), now) {
+            if let HeadDecision::Wait { until } =
+                head_decision(epoch::from_millis(delivery.due_at), now)
+            {
                 // Forget it and what follows: they are fetched and tracked again.
                 self.offsets.reset_to(part, offset);
                 let mut out = Vec::new();
@@ -248,7 +251,7 @@ impl Machine {
                 return Intake::NotDue;
             }
         }
-        let ready_since = millis(delivery.due_at.max(delivery.created_at));
+        let ready_since = epoch::from_millis(delivery.due_at.max(delivery.created_at));
         self.queue((part, offset), delivery, ready_since, now, dir);
         Intake::Queued
     }
@@ -491,9 +494,4 @@ impl Machine {
     fn gate(&self) -> &Gate {
         &self.gate
     }
-}
-
-/// Epoch milliseconds as a time (negative as the epoch).
-fn millis(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms.max(0).unsigned_abs())
 }

@@ -12,9 +12,7 @@ impl Machine {
         while let Some(started) = self.lanes.pop_ready_at(now) {
             let key = (started.job.partition, started.job.offset);
             let Some(queued) = self.queued.remove(&key) else {
-                self.notes.push(Note::LanesRefused(format!(
-                    "started {key:?}, which is not queued"
-                )));
+                self.notes.push(Note::StartedNotQueued(key));
                 let _ = self.lanes.complete(&started);
                 continue;
             };

@@ -4,7 +4,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use clap::Parser;
 use hookline_envelope::{decode, delivery_id, encode, DeadLetter, Delivery, Subscription, Topics};
@@ -292,10 +292,7 @@ pub fn delivery(sub: &Subscription, n: usize) -> Delivery {
 }
 
 pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
+    hookline_core::epoch::millis(SystemTime::now())
 }
 
 /// An in-process dispatcher.

@@ -302,17 +302,11 @@ pub fn wrong_topic_config(topics: &Topics, topic: &str, policy: Option<&str>) ->
     wrong_policy(topic == topics.subscriptions(), policy).map(|why| format!("{topic}: {why}"))
 }
 
-/// The default ladder with delays read from the tier names (`retry-10s` → 10s).
+/// The default ladder's tiers ([`hookline_core::DEFAULT_TIERS`]), as `--retry-tier` values.
 pub fn default_tiers() -> Vec<(String, Duration)> {
-    hookline_envelope::DEFAULT_RETRY_TIERS
+    hookline_core::DEFAULT_TIERS
         .iter()
-        .map(|t| {
-            let delay = t
-                .strip_prefix("retry-")
-                .and_then(|d| parse_duration(d).ok())
-                .expect("default tier names end in a duration");
-            ((*t).to_owned(), delay)
-        })
+        .map(|(name, delay)| ((*name).to_owned(), *delay))
         .collect()
 }
 
