@@ -2,7 +2,7 @@
 //! from fixed sets only, each the `as_str` of an enum: outcome
 //! (`hookline_core::Outcome`), status class (`StatusClass`), topic label
 //! (`deliveries` or a tier name), tier, dead-letter reason (`DeadLetterReason`),
-//! quarantine reason, error kind (`events::ErrorKind`) — never tenant, URL or ids.
+//! quarantine reason, error kind ([`ErrorKind`]) — never tenant, URL or ids.
 //! Notable events are recorded through `events`, which also logs them.
 
 use std::time::Duration;
@@ -12,8 +12,6 @@ use hookline_envelope::QuarantineReason;
 use hookline_runtime::metric_names::{self as m, label};
 
 use hookline_core::DeadLetterReason;
-
-use crate::events::ErrorKind;
 
 /// Zeroes labelled counters so dashboards show them before the first event.
 pub(crate) fn describe() {
@@ -143,6 +141,99 @@ mod tests {
                 "{outcome}"
             );
             assert_eq!(outcome.starts_with("http_"), class != "none", "{outcome}");
+        }
+    }
+}
+
+/// The `kind` label of `hookline_dispatcher_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum ErrorKind {
+    /// The ladder picked a tier that has no topic.
+    NoRetryTier,
+    /// A subscription's `secret_ref` cannot be loaded (the attempt retries).
+    SecretUnavailable,
+    /// The producer did not flush on exit.
+    FlushFailed,
+    /// A record from a topic the dispatcher does not consume.
+    UnexpectedTopic,
+    /// A record of a partition not assigned here (dropped; its owner reads it).
+    NotAssigned,
+    /// A record at an offset already tracked (a refetch the watermark refused).
+    AlreadyTracked,
+    /// The lanes refused a record (it is dropped from the buffer, refetched later).
+    LanesRefusedRecord,
+    /// The lanes refused a completion.
+    LanesRefusedCompletion,
+    /// The lanes started a record the engine does not hold.
+    StartedNotHeld,
+    /// An attempt task panicked; its delivery is queued again.
+    AttemptPanicked,
+    /// The consumer reported an error.
+    ConsumerError,
+    /// A partition could not be paused.
+    PauseFailed,
+    /// A partition could not be resumed.
+    ResumeFailed,
+    /// The poller thread of a consumer is gone.
+    PollerGone,
+    /// Offsets could not be stored (a partition being handed over refuses them).
+    OffsetStoreFailed,
+    /// An offset commit failed; the next owner re-attempts from the last commit.
+    CommitFailed,
+    /// The watermark refused to finish an offset.
+    WatermarkRefused,
+    /// The engine did not confirm a revoke within the revoke wait.
+    RevokeNotConfirmed,
+    /// A partition could not be paused or sought back to a head not yet due.
+    RewindFailed,
+}
+
+impl ErrorKind {
+    /// Every kind, for pre-registering the series.
+    pub(crate) const ALL: [Self; 19] = [
+        Self::NoRetryTier,
+        Self::SecretUnavailable,
+        Self::FlushFailed,
+        Self::UnexpectedTopic,
+        Self::NotAssigned,
+        Self::AlreadyTracked,
+        Self::LanesRefusedRecord,
+        Self::LanesRefusedCompletion,
+        Self::StartedNotHeld,
+        Self::AttemptPanicked,
+        Self::ConsumerError,
+        Self::PauseFailed,
+        Self::ResumeFailed,
+        Self::PollerGone,
+        Self::OffsetStoreFailed,
+        Self::CommitFailed,
+        Self::WatermarkRefused,
+        Self::RevokeNotConfirmed,
+        Self::RewindFailed,
+    ];
+
+    /// The metric label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::NoRetryTier => "no_retry_tier",
+            Self::SecretUnavailable => "secret_unavailable",
+            Self::FlushFailed => "flush_failed",
+            Self::UnexpectedTopic => "unexpected_topic",
+            Self::NotAssigned => "not_assigned",
+            Self::AlreadyTracked => "already_tracked",
+            Self::LanesRefusedRecord => "lanes_refused_record",
+            Self::LanesRefusedCompletion => "lanes_refused_completion",
+            Self::StartedNotHeld => "started_not_held",
+            Self::AttemptPanicked => "attempt_panicked",
+            Self::ConsumerError => "consumer_error",
+            Self::PauseFailed => "pause_failed",
+            Self::ResumeFailed => "resume_failed",
+            Self::PollerGone => "poller_gone",
+            Self::OffsetStoreFailed => "offset_store_failed",
+            Self::CommitFailed => "commit_failed",
+            Self::WatermarkRefused => "watermark_refused",
+            Self::RevokeNotConfirmed => "revoke_not_confirmed",
+            Self::RewindFailed => "rewind_failed",
         }
     }
 }
