@@ -53,6 +53,8 @@ chart-test: venv
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(PYTHON) .ci/import-circles.py --top crates/*/src tests/faults/src
+	$(PYTHON) .ci/import-circles.py crates/*/src tests/faults/src
 
 fmt:
 	$(CARGO) fmt --all
