@@ -13,8 +13,13 @@ TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 # with different features: hookline-dlq-sink's S3 archive (off by default in the
 # crate, on in the container image) is on, and its S3 test runs.
 FEATURES ?= --features hookline-dlq-sink/s3
+# Tools the Makefile installs itself, outside the tree and kept between runs.
+TOOLS ?= $(HOME)/.cache/hookline
+CARGO_DENY_VERSION := 0.20.2
+CARGO_DENY := $(TOOLS)/cargo-deny-$(CARGO_DENY_VERSION)/bin/cargo-deny
+ADVISORY_DB_URL := https://github.com/RustSec/advisory-db
 
-.PHONY: build test test-rust test-python test-faults faults chart-test lint fmt demo bench kafka-up kafka-down kafka-fetch venv clean
+.PHONY: build test test-rust test-python test-faults faults chart-test lint deny fmt demo bench kafka-up kafka-down kafka-fetch venv clean
 
 build:
 	$(CARGO) build --workspace --all-targets $(FEATURES)
@@ -54,11 +59,40 @@ test-faults:
 chart-test: venv
 	bash deploy/helm/chart-test.sh
 
-## lint: rustfmt and clippy (also on dlq-sink without S3, the crate's default).
+## lint: rustfmt, clippy (also dlq-sink without S3) and `make deny`.
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
 	$(CARGO) clippy -q -p hookline-dlq-sink --lib -- -D warnings
+	$(MAKE) --no-print-directory deny
+
+## deny: cargo-deny with deny.toml (licences, bans, sources; advisories when the
+## advisory database can be had, see below). Installs cargo-deny the first time.
+# Advisories need the RustSec advisory database, a git repository that cargo-deny
+# clones from $(ADVISORY_DB_URL) into $CARGO_HOME/advisory-dbs. This project's
+# machines, CI's included, reach the package registries only, so: when that
+# repository answers, advisories are checked against it; else, when a copy was
+# cloned before, against that copy; else the check is skipped and says so, since
+# a lint must not fail for want of network. ADVISORIES=1 fails instead of skipping.
+ADVISORIES ?=
+ADVISORY_DBS = $(or $(CARGO_HOME),$(HOME)/.cargo)/advisory-dbs
+deny: $(CARGO_DENY)
+	$(CARGO_DENY) --locked check --hide-inclusion-graph licenses bans sources
+	@if GIT_TERMINAL_PROMPT=0 timeout 30 git ls-remote --exit-code $(ADVISORY_DB_URL) HEAD >/dev/null 2>&1; then \
+	  echo "$(CARGO_DENY) --locked check --hide-inclusion-graph advisories"; \
+	  $(CARGO_DENY) --locked check --hide-inclusion-graph advisories; \
+	elif db=$$(ls -d $(ADVISORY_DBS)/advisory-db-*/.git 2>/dev/null | head -n 1) && [ -n "$$db" ]; then \
+	  echo "cargo deny: $(ADVISORY_DB_URL) cannot be fetched; advisories from the copy of $$(git -C "$$db/.." log -1 --format=%cs)"; \
+	  $(CARGO_DENY) --locked --offline check --hide-inclusion-graph advisories; \
+	elif [ -n "$(ADVISORIES)" ]; then \
+	  echo "cargo deny: the advisory database $(ADVISORY_DB_URL) cannot be fetched" >&2; exit 1; \
+	else \
+	  echo "cargo deny: advisories SKIPPED: the advisory database $(ADVISORY_DB_URL) cannot be fetched from this machine"; \
+	fi
+
+# Installed only when missing; another version goes to a directory of its own.
+$(CARGO_DENY):
+	$(CARGO) install --locked --quiet --root $(TOOLS)/cargo-deny-$(CARGO_DENY_VERSION) cargo-deny@$(CARGO_DENY_VERSION)
 
 fmt:
 	$(CARGO) fmt --all
