@@ -21,9 +21,11 @@ WORKDIR /src
 COPY . .
 # Cache mounts keep the registry and build artefacts between builds; the
 # binaries are copied out of the cached target directory in the same step.
+# The image's dlq-sink archives to S3 too: the crate's `s3` feature (off by
+# default in the crate, on in `make` as here).
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked \
+    cargo build --release --locked --features hookline-dlq-sink/s3 \
       -p hookline-fanout -p hookline-dispatcher -p hookline-dlq-sink --bins \
  && mkdir -p /out \
  && cp target/release/hookline-fanout target/release/hookline-dispatcher \

@@ -9,11 +9,20 @@ VENV := .venv
 KAFKA := deploy/dev/kafka.sh
 WITH_KAFKA := deploy/dev/with-kafka.sh
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
+# One feature set for every cargo command below, so that no crate is built twice
+# with different features: hookline-dlq-sink's S3 archive (off by default in the
+# crate, on in the container image) is on, and its S3 test runs.
+FEATURES ?= --features hookline-dlq-sink/s3
+# Tools the Makefile installs itself, outside the tree and kept between runs.
+TOOLS ?= $(HOME)/.cache/hookline
+CARGO_DENY_VERSION := 0.20.2
+CARGO_DENY := $(TOOLS)/cargo-deny-$(CARGO_DENY_VERSION)/bin/cargo-deny
+ADVISORY_DB_URL := https://github.com/RustSec/advisory-db
 
-.PHONY: build test test-rust test-python test-faults faults chart-test lint fmt demo bench kafka-up kafka-down kafka-fetch venv clean
+.PHONY: build test test-rust test-python test-faults faults chart-test lint deny fmt demo bench kafka-up kafka-down kafka-fetch venv clean
 
 build:
-	$(CARGO) build --workspace --all-targets
+	$(CARGO) build --workspace --all-targets $(FEATURES)
 
 ## test: starts a real Kafka broker if none is given, runs every test, stops it.
 test: venv kafka-fetch
@@ -23,13 +32,13 @@ test: venv kafka-fetch
 # Benches print figures and are not tests: `make bench` runs them. Clippy
 # (--all-targets) keeps them compiling.
 test-rust:
-	$(CARGO) test --workspace --lib --bins --tests
-	$(CARGO) test --workspace --doc
+	$(CARGO) test --workspace --lib --bins --tests $(FEATURES)
+	$(CARGO) test --workspace --doc $(FEATURES)
 
 # Examples are built for the whole workspace at once: building one package
 # alone would recompile its dependencies with other features.
 test-python: venv
-	$(CARGO) build -q --workspace --examples
+	$(CARGO) build -q --workspace --examples $(FEATURES)
 	HOOKLINE_CONTRACT_TOOL=$(TARGET_DIR)/debug/examples/contract_tool \
 	HOOKLINE_SIGN_TOOL=$(TARGET_DIR)/debug/examples/sign_webhook \
 	$(VENV)/bin/python -m pytest -q tests/contract
@@ -43,18 +52,49 @@ faults: kafka-fetch
 
 # The debug binaries: `make test` has built them already for the crates' tests.
 test-faults:
-	$(CARGO) build -q -p hookline-fanout -p hookline-dispatcher -p hookline-dlq-sink -p hookline-faults
+	$(CARGO) build -q -p hookline-fanout -p hookline-dispatcher -p hookline-dlq-sink -p hookline-faults $(FEATURES)
 	$(TARGET_DIR)/debug/hookline-faults $(SCENARIOS)
 
 ## chart-test: the Helm chart offline; installs helm, promtool and kubernetes-validate itself.
 chart-test: venv
 	bash deploy/helm/chart-test.sh
 
+## lint: rustfmt, clippy (also dlq-sink without S3), no import circles, and `make deny`.
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
+	$(CARGO) clippy -q -p hookline-dlq-sink --lib -- -D warnings
 	$(PYTHON) .ci/import-circles.py --top crates/*/src tests/faults/src
 	$(PYTHON) .ci/import-circles.py crates/*/src tests/faults/src
+	$(MAKE) --no-print-directory deny
+
+## deny: cargo-deny with deny.toml (licences, bans, sources; advisories when the
+## advisory database can be had, see below). Installs cargo-deny the first time.
+# Advisories need the RustSec advisory database, a git repository that cargo-deny
+# clones from $(ADVISORY_DB_URL) into $CARGO_HOME/advisory-dbs. This project's
+# machines, CI's included, reach the package registries only, so: when that
+# repository answers, advisories are checked against it; else, when a copy was
+# cloned before, against that copy; else the check is skipped and says so, since
+# a lint must not fail for want of network. ADVISORIES=1 fails instead of skipping.
+ADVISORIES ?=
+ADVISORY_DBS = $(or $(CARGO_HOME),$(HOME)/.cargo)/advisory-dbs
+deny: $(CARGO_DENY)
+	$(CARGO_DENY) --locked check --hide-inclusion-graph licenses bans sources
+	@if GIT_TERMINAL_PROMPT=0 timeout 30 git ls-remote --exit-code $(ADVISORY_DB_URL) HEAD >/dev/null 2>&1; then \
+	  echo "$(CARGO_DENY) --locked check --hide-inclusion-graph advisories"; \
+	  $(CARGO_DENY) --locked check --hide-inclusion-graph advisories; \
+	elif db=$$(ls -d $(ADVISORY_DBS)/advisory-db-*/.git 2>/dev/null | head -n 1) && [ -n "$$db" ]; then \
+	  echo "cargo deny: $(ADVISORY_DB_URL) cannot be fetched; advisories from the copy of $$(git -C "$$db/.." log -1 --format=%cs)"; \
+	  $(CARGO_DENY) --locked --offline check --hide-inclusion-graph advisories; \
+	elif [ -n "$(ADVISORIES)" ]; then \
+	  echo "cargo deny: the advisory database $(ADVISORY_DB_URL) cannot be fetched" >&2; exit 1; \
+	else \
+	  echo "cargo deny: advisories SKIPPED: the advisory database $(ADVISORY_DB_URL) cannot be fetched from this machine"; \
+	fi
+
+# Installed only when missing; another version goes to a directory of its own.
+$(CARGO_DENY):
+	$(CARGO) install --locked --quiet --root $(TOOLS)/cargo-deny-$(CARGO_DENY_VERSION) cargo-deny@$(CARGO_DENY_VERSION)
 
 fmt:
 	$(CARGO) fmt --all

@@ -11,6 +11,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
 
+use ipnet::{IpNet, Ipv4Net, Ipv6Net};
+
 /// Why an address is not a public destination. Also the `reason` metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BlockedRange {
@@ -72,6 +74,77 @@ impl BlockedRange {
     }
 }
 
+/// The IPv4 ranges that are not public unicast. An address takes the range of the
+/// longest prefix that contains it (255.255.255.255/32 within 240.0.0.0/4), so the
+/// order here is for reading only. Every other IPv4 address is public.
+const BLOCKED_V4: &[(Ipv4Net, BlockedRange)] = {
+    use BlockedRange::*;
+    &[
+        (v4([0, 0, 0, 0], 8), Unspecified),
+        (v4([10, 0, 0, 0], 8), Private),
+        (v4([100, 64, 0, 0], 10), Cgnat),
+        (v4([127, 0, 0, 0], 8), Loopback),
+        (v4([169, 254, 0, 0], 16), LinkLocal),
+        (v4([172, 16, 0, 0], 12), Private),
+        (v4([192, 0, 0, 0], 24), Reserved),
+        (v4([192, 0, 2, 0], 24), Documentation),
+        (v4([192, 88, 99, 0], 24), Reserved),
+        (v4([192, 168, 0, 0], 16), Private),
+        (v4([198, 18, 0, 0], 15), Benchmarking),
+        (v4([198, 51, 100, 0], 24), Documentation),
+        (v4([203, 0, 113, 0], 24), Documentation),
+        (v4([224, 0, 0, 0], 4), Multicast),
+        (v4([240, 0, 0, 0], 4), Reserved),
+        (v4([255, 255, 255, 255], 32), Broadcast),
+    ]
+};
+
+/// The IPv6 ranges, `None` meaning public, for the addresses that embed no IPv4 one
+/// (see [`EMBEDS_V4`]). Longest prefix wins, as for IPv4: only global unicast
+/// (2000::/3) is public, and within it the special-purpose blocks are not.
+const RANGES_V6: &[(Ipv6Net, Option<BlockedRange>)] = {
+    use BlockedRange::*;
+    &[
+        // Not global unicast: unassigned or special, incl. the discard-only 100::/64
+        // and the local-use NAT64 prefix 64:ff9b:1::/48.
+        (v6([0, 0, 0, 0, 0, 0, 0, 0], 0), Some(Reserved)),
+        (v6([0, 0, 0, 0, 0, 0, 0, 0], 128), Some(Unspecified)),
+        (v6([0, 0, 0, 0, 0, 0, 0, 1], 128), Some(Loopback)),
+        (v6([0x2000, 0, 0, 0, 0, 0, 0, 0], 3), None),
+        (v6([0x2001, 0, 0, 0, 0, 0, 0, 0], 23), Some(Reserved)),
+        (
+            v6([0x2001, 0x0db8, 0, 0, 0, 0, 0, 0], 32),
+            Some(Documentation),
+        ),
+        (v6([0x3fff, 0, 0, 0, 0, 0, 0, 0], 20), Some(Documentation)),
+        (v6([0xfc00, 0, 0, 0, 0, 0, 0, 0], 7), Some(UniqueLocal)),
+        (v6([0xfe80, 0, 0, 0, 0, 0, 0, 0], 10), Some(LinkLocal)),
+        (v6([0xfec0, 0, 0, 0, 0, 0, 0, 0], 10), Some(Private)),
+        (v6([0xff00, 0, 0, 0, 0, 0, 0, 0], 8), Some(Multicast)),
+    ]
+};
+
+/// Where an IPv6 address carries an IPv4 one: the prefix, and the bit offset of the
+/// IPv4 address from the top. IPv4-mapped (`::ffff:a.b.c.d`), IPv4-compatible
+/// (`::a.b.c.d`, deprecated but still routed by some stacks; `::` and `::1` are not),
+/// the NAT64 well-known prefix (`64:ff9b::a.b.c.d`) and 6to4 (`2002:AABB:CCDD::/48`).
+const EMBEDS_V4: &[(Ipv6Net, u32)] = &[
+    (v6([0, 0, 0, 0, 0, 0xffff, 0, 0], 96), 96),
+    (v6([0, 0, 0, 0, 0, 0, 0, 0], 96), 96),
+    (v6([0x0064, 0xff9b, 0, 0, 0, 0, 0, 0], 96), 96),
+    (v6([0x2002, 0, 0, 0, 0, 0, 0, 0], 16), 16),
+];
+
+const fn v4(octets: [u8; 4], prefix: u8) -> Ipv4Net {
+    let [a, b, c, d] = octets;
+    Ipv4Net::new_assert(Ipv4Addr::new(a, b, c, d), prefix)
+}
+
+const fn v6(segments: [u16; 8], prefix: u8) -> Ipv6Net {
+    let [a, b, c, d, e, f, g, h] = segments;
+    Ipv6Net::new_assert(Ipv6Addr::new(a, b, c, d, e, f, g, h), prefix)
+}
+
 /// The range `ip` falls in when it is not a public unicast address; `None` when it is.
 /// IPv6 addresses embedding an IPv4 address are judged by the embedded address.
 pub fn blocked_range(ip: IpAddr) -> Option<BlockedRange> {
@@ -82,80 +155,43 @@ pub fn blocked_range(ip: IpAddr) -> Option<BlockedRange> {
 }
 
 fn blocked_v4(ip: Ipv4Addr) -> Option<BlockedRange> {
-    use BlockedRange::*;
-    let o = ip.octets();
-    let range = match o {
-        [0, ..] => Unspecified,
-        [127, ..] => Loopback,
-        [10, ..] => Private,
-        [172, b, ..] if (16..=31).contains(&b) => Private,
-        [192, 168, ..] => Private,
-        [100, b, ..] if (64..=127).contains(&b) => Cgnat,
-        [169, 254, ..] => LinkLocal,
-        [255, 255, 255, 255] => Broadcast,
-        [224..=239, ..] => Multicast,
-        [240..=255, ..] => Reserved,
-        [192, 0, 2, _] | [198, 51, 100, _] | [203, 0, 113, _] => Documentation,
-        [198, 18 | 19, ..] => Benchmarking,
-        [192, 0, 0, _] | [192, 88, 99, _] => Reserved,
-        _ => return None,
-    };
-    Some(range)
+    BLOCKED_V4
+        .iter()
+        .filter(|(net, _)| net.contains(&ip))
+        .max_by_key(|(net, _)| net.prefix_len())
+        .map(|&(_, range)| range)
 }
 
 fn blocked_v6(ip: Ipv6Addr) -> Option<BlockedRange> {
-    use BlockedRange::*;
-    let s = ip.segments();
-    if ip.is_unspecified() {
-        return Some(Unspecified);
-    }
-    if ip.is_loopback() {
-        return Some(Loopback);
-    }
     if let Some(v4) = embedded_v4(ip) {
         // A denied IPv4 address in IPv6 clothing is still that address. A public
         // one reached through a translator is as public as the original.
         return blocked_v4(v4);
     }
-    let range = match s[0] {
-        0xff00..=0xffff => Multicast,
-        0xfe80..=0xfebf => LinkLocal,
-        0xfec0..=0xfeff => Private,
-        0xfc00..=0xfdff => UniqueLocal,
-        0x2001 if s[1] == 0x0db8 => Documentation,
-        0x3fff if s[1] < 0x1000 => Documentation,
-        0x2001 if s[1] < 0x0200 => Reserved,
-        0x2000..=0x3fff => return None,
-        // Not global unicast (2000::/3): unassigned or special, incl. 100::/64
-        // and the local-use NAT64 prefix 64:ff9b:1::/48.
-        _ => Reserved,
-    };
-    Some(range)
+    RANGES_V6
+        .iter()
+        .filter(|(net, _)| net.contains(&ip))
+        .max_by_key(|(net, _)| net.prefix_len())
+        .and_then(|&(_, range)| range)
 }
 
 /// The IPv4 address an IPv6 address stands for: IPv4-mapped (`::ffff:a.b.c.d`),
 /// IPv4-compatible (`::a.b.c.d`, deprecated but still routed by some stacks),
 /// NAT64 well-known prefix (`64:ff9b::a.b.c.d`) and 6to4 (`2002:AABB:CCDD::/48`).
+/// `::` and `::1` are themselves, not IPv4-compatible forms.
 pub fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
-    let s = ip.segments();
-    let low =
-        |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
-    match s {
-        [0, 0, 0, 0, 0, 0xffff, hi, lo] => Some(low(hi, lo)),
-        // `::` and `::1` are handled before; any other `::/96` is IPv4-compatible.
-        [0, 0, 0, 0, 0, 0, hi, lo] => Some(low(hi, lo)),
-        [0x0064, 0xff9b, 0, 0, 0, 0, hi, lo] => Some(low(hi, lo)),
-        [0x2002, hi, lo, ..] => Some(low(hi, lo)),
-        _ => None,
+    if ip.is_unspecified() || ip.is_loopback() {
+        return None;
     }
+    let (_, offset) = EMBEDS_V4.iter().find(|(net, _)| net.contains(&ip))?;
+    // The 32 bits after the prefix; truncation to u32 drops what follows them.
+    Some(Ipv4Addr::from((u128::from(ip) >> (96 - offset)) as u32))
 }
 
-/// An IPv4 or IPv6 network in CIDR notation, e.g. `127.0.0.0/8` or `fd00::/8`.
+/// An IPv4 or IPv6 network in CIDR notation, e.g. `127.0.0.0/8` or `fd00::/8`:
+/// an [`IpNet`] whose host bits are zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Cidr {
-    network: IpAddr,
-    prefix: u8,
-}
+pub struct Cidr(IpNet);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CidrError {
@@ -170,33 +206,42 @@ pub enum CidrError {
 impl Cidr {
     pub fn new(network: IpAddr, prefix: u8) -> Result<Self, CidrError> {
         let input = format!("{network}/{prefix}");
-        let max = max_prefix(network);
-        if prefix > max {
-            return Err(CidrError::PrefixTooLong { input, prefix, max });
-        }
-        let masked = mask(network, prefix);
-        if masked != network {
+        let net = IpNet::new(network, prefix).map_err(|_| CidrError::PrefixTooLong {
+            input: input.clone(),
+            prefix,
+            max: max_prefix(network),
+        })?;
+        if net.trunc() != net {
             return Err(CidrError::HostBits {
                 input,
-                suggestion: format!("{masked}/{prefix}"),
+                suggestion: net.trunc().to_string(),
             });
         }
-        Ok(Self { network, prefix })
+        Ok(Self(net))
     }
 
+    /// Whether `ip` is in this network. An IPv4 network never contains an IPv6
+    /// address, not even the IPv4-mapped form of one of its own (and the reverse):
+    /// [`EgressPolicy::check`] unwraps embedded addresses itself.
     pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.network, ip) {
-            (IpAddr::V4(_), IpAddr::V4(_)) | (IpAddr::V6(_), IpAddr::V6(_)) => {
-                mask(ip, self.prefix) == self.network
-            }
-            _ => false,
-        }
+        self.0.contains(&ip)
+    }
+
+    /// The network as an [`IpNet`].
+    pub fn net(&self) -> IpNet {
+        self.0
+    }
+}
+
+impl From<Cidr> for IpNet {
+    fn from(c: Cidr) -> Self {
+        c.0
     }
 }
 
 impl std::fmt::Display for Cidr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.network, self.prefix)
+        self.0.fmt(f)
     }
 }
 
@@ -226,21 +271,6 @@ fn max_prefix(ip: IpAddr) -> u8 {
     match ip {
         IpAddr::V4(_) => 32,
         IpAddr::V6(_) => 128,
-    }
-}
-
-fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
-    match ip {
-        IpAddr::V4(v4) => {
-            let bits = u32::from(v4);
-            let m = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
-            IpAddr::V4(Ipv4Addr::from(bits & m))
-        }
-        IpAddr::V6(v6) => {
-            let bits = u128::from(v6);
-            let m = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
-            IpAddr::V6(Ipv6Addr::from(bits & m))
-        }
     }
 }
 

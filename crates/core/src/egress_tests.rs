@@ -247,6 +247,135 @@ fn cidr_contains_edges() {
     assert!(!host.contains(ip("2001:db8::2")));
 }
 
+#[test]
+fn cidr_contains_at_the_prefix_extremes() {
+    let contains = |cidr: &str, addr: &str| -> bool {
+        let c: Cidr = cidr.parse().unwrap_or_else(|e| panic!("{cidr}: {e}"));
+        c.contains(ip(addr))
+    };
+    // (cidr, address, contained)
+    let cases = [
+        // /0 holds its whole family and nothing of the other.
+        ("0.0.0.0/0", "0.0.0.0", true),
+        ("0.0.0.0/0", "255.255.255.255", true),
+        ("0.0.0.0/0", "::", false),
+        ("0.0.0.0/0", "::ffff:8.8.8.8", false),
+        ("::/0", "::", true),
+        ("::/0", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", true),
+        ("::/0", "::ffff:8.8.8.8", true),
+        ("::/0", "8.8.8.8", false),
+        // /1: the top bit alone.
+        ("128.0.0.0/1", "128.0.0.0", true),
+        ("128.0.0.0/1", "255.255.255.255", true),
+        ("128.0.0.0/1", "127.255.255.255", false),
+        ("8000::/1", "8000::", true),
+        ("8000::/1", "7fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", false),
+        // /31 and /127: two addresses.
+        ("10.0.0.0/31", "10.0.0.1", true),
+        ("10.0.0.0/31", "10.0.0.2", false),
+        ("fd00::/127", "fd00::1", true),
+        ("fd00::/127", "fd00::2", false),
+        // /32 and /128: the one host, written with or without the prefix.
+        ("169.254.169.254/32", "169.254.169.254", true),
+        ("169.254.169.254/32", "169.254.169.253", false),
+        ("169.254.169.254/32", "169.254.169.255", false),
+        ("169.254.169.254", "169.254.169.254", true),
+        ("::1/128", "::1", true),
+        ("::1/128", "::", false),
+        ("::1/128", "::2", false),
+        ("::1", "0.0.0.1", false),
+        // IPv4-mapped networks are IPv6 networks: they hold the mapped form only.
+        ("::ffff:10.0.0.0/104", "::ffff:10.1.2.3", true),
+        ("::ffff:10.0.0.0/104", "::ffff:11.0.0.0", false),
+        ("::ffff:10.0.0.0/104", "10.1.2.3", false),
+        ("::ffff:0.0.0.0/96", "::ffff:255.255.255.255", true),
+        ("::ffff:0.0.0.0/96", "::1:0:0", false),
+        ("10.0.0.0/8", "::ffff:10.1.2.3", false),
+    ];
+    for (cidr, addr, want) in cases {
+        assert_eq!(contains(cidr, addr), want, "{cidr} contains {addr}");
+    }
+}
+
+#[test]
+fn allow_list_edges() {
+    let policy =
+        |cidrs: &[&str]| EgressPolicy::new(cidrs.iter().map(|c| c.parse().unwrap()).collect());
+    // (allowed CIDRs, address, allowed)
+    let cases: &[(&[&str], &str, bool)] = &[
+        // 0.0.0.0/0 opens all of IPv4 and the IPv6 forms that embed it...
+        (&["0.0.0.0/0"], "10.0.0.1", true),
+        (&["0.0.0.0/0"], "::ffff:127.0.0.1", true),
+        (&["0.0.0.0/0"], "::10.0.0.1", true),
+        (&["0.0.0.0/0"], "64:ff9b::a9fe:a9fe", true),
+        (&["0.0.0.0/0"], "2002:a9fe:a9fe::1", true),
+        // ...but no IPv6 space of its own: `::` and `::1` embed no IPv4 address.
+        (&["0.0.0.0/0"], "::", false),
+        (&["0.0.0.0/0"], "::1", false),
+        (&["0.0.0.0/8"], "::1", false),
+        (&["0.0.0.0/0"], "fe80::1", false),
+        (&["0.0.0.0/0"], "fc00::1", false),
+        (&["0.0.0.0/0"], "64:ff9b:1::1", false),
+        // ::/0 opens all of IPv6, embedded forms included, and no IPv4 address.
+        (&["::/0"], "::1", true),
+        (&["::/0"], "::ffff:10.0.0.1", true),
+        (&["::/0"], "fe80::1", true),
+        (&["::/0"], "10.0.0.1", false),
+        (&["::/0"], "127.0.0.1", false),
+        // A /32 opens one address, in each of its forms.
+        (&["169.254.169.254/32"], "169.254.169.254", true),
+        (&["169.254.169.254/32"], "::ffff:169.254.169.254", true),
+        (&["169.254.169.254/32"], "64:ff9b::169.254.169.254", true),
+        (&["169.254.169.254/32"], "2002:a9fe:a9fe::", true),
+        (&["169.254.169.254/32"], "169.254.169.253", false),
+        (&["169.254.169.254/32"], "::ffff:169.254.169.255", false),
+        // A /128 opens one address, and not the IPv4 address it may embed.
+        (&["::1/128"], "::1", true),
+        (&["::1/128"], "127.0.0.1", false),
+        (&["::ffff:10.0.0.1/128"], "::ffff:10.0.0.1", true),
+        (&["::ffff:10.0.0.1/128"], "::ffff:10.0.0.2", false),
+        // Several CIDRs: any one suffices.
+        (&["10.0.0.0/8", "fd00::/8"], "10.1.1.1", true),
+        (&["10.0.0.0/8", "fd00::/8"], "fd00::1", true),
+        (&["10.0.0.0/8", "fd00::/8"], "192.168.0.1", false),
+    ];
+    for (cidrs, addr, allowed) in cases {
+        assert_eq!(
+            policy(cidrs).check(ip(addr)).is_ok(),
+            *allowed,
+            "{cidrs:?} {addr}"
+        );
+    }
+}
+
+#[test]
+fn range_tables_are_networks_without_host_bits_and_without_duplicates() {
+    let v4: Vec<IpNet> = BLOCKED_V4.iter().map(|(n, _)| IpNet::V4(*n)).collect();
+    let v6: Vec<IpNet> = RANGES_V6
+        .iter()
+        .map(|(n, _)| *n)
+        .chain(EMBEDS_V4.iter().map(|(n, _)| *n))
+        .map(IpNet::V6)
+        .collect();
+    for table in [&v4, &v6] {
+        for net in table {
+            assert_eq!(net.trunc(), *net, "{net} has host bits set");
+        }
+        let distinct: BTreeSet<_> = table.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            table.len(),
+            "duplicate network in {table:?}"
+        );
+    }
+    for (net, offset) in EMBEDS_V4 {
+        assert!(
+            offset + 32 <= 128 && *offset >= u32::from(net.prefix_len()),
+            "{net}"
+        );
+    }
+}
+
 proptest! {
     /// The IPv4-mapped form of any address is judged exactly like the address.
     #[test]

@@ -51,7 +51,7 @@ const FAILURE_KINDS: [FailureKind; 11] = [
     FailureKind::InvalidUrl,
 ];
 
-use hookline_testkit::fuzz::{cases as fuzz_cases, seed as fuzz_seed};
+use hookline_fuzzing::{cases as fuzz_cases, seed as fuzz_seed};
 
 // ---------------------------------------------------------------------------------------
 // Inputs.

@@ -1,5 +1,7 @@
 //! Where archive files live: a local directory (the default) or an S3-compatible bucket,
-//! both through `object_store` for reading.
+//! both through `object_store` for reading. S3 needs the cargo feature `s3` (object_store's
+//! AWS client); the container image is built with it, and a build without it refuses an
+//! `s3://` archive URL with an error that says so.
 //!
 //! Guarantees: [`ArchiveStore::put_durable`] returns only once the file is durable. Locally
 //! that is a temp file in the target directory, written, fsynced, renamed into place and the
@@ -20,16 +22,18 @@ use std::{
 use bytes::Bytes;
 use clap::Args;
 use futures::TryStreamExt;
+#[cfg(feature = "s3")]
+use object_store::aws::AmazonS3Builder;
 use object_store::{
-    aws::AmazonS3Builder, local::LocalFileSystem, path::Path, ObjectMeta, ObjectStore,
-    ObjectStoreExt, PutPayload,
+    local::LocalFileSystem, path::Path, ObjectMeta, ObjectStore, ObjectStoreExt, PutPayload,
 };
 
 /// Flags that say where the archive is; shared by the sink, `inspect` and `replay`.
 #[derive(Debug, Clone, Args)]
 pub struct ArchiveArgs {
     /// Where the archive is: a local directory (path or `file:///abs/path`) or
-    /// `s3://bucket/prefix` (credentials and region from the standard AWS_* variables).
+    /// `s3://bucket/prefix` (credentials and region from the standard AWS_* variables;
+    /// in builds with the `s3` feature, as the container image is).
     #[arg(
         long,
         global = true,
@@ -115,6 +119,19 @@ impl fmt::Display for ArchiveStore {
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// What a build without the `s3` feature answers to an `s3://` archive URL. Compiled in
+/// every build, so that `make` (which builds with S3) tests it too.
+#[cfg_attr(feature = "s3", allow(dead_code))]
+fn s3_not_built(url: &str) -> StoreError {
+    StoreError::Url {
+        url: url.to_owned(),
+        why: "this build of hookline-dlq-sink has no S3 support (cargo feature `s3`); use a \
+              local directory, the container image (built with S3), or a binary built with \
+              `cargo build -p hookline-dlq-sink --features s3`"
+            .into(),
+    }
+}
+
 impl ArchiveStore {
     /// Opens the archive named by `args`. A local directory is created when `create` is set
     /// (the sink) and must exist otherwise (readers), so a typo is not an empty archive.
@@ -130,35 +147,7 @@ impl ArchiveStore {
             ));
         }
         if let Some(rest) = url.strip_prefix("s3://") {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(bad("names no bucket; use s3://bucket/prefix".into()));
-            }
-            let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
-            if let Some(endpoint) = &args.s3_endpoint {
-                builder = builder.with_endpoint(endpoint);
-            }
-            if args.s3_allow_http {
-                builder = builder.with_allow_http(true);
-            }
-            match &args.s3_region {
-                Some(region) => builder = builder.with_region(region),
-                None if std::env::var_os("AWS_REGION").is_none()
-                    && std::env::var_os("AWS_DEFAULT_REGION").is_none() =>
-                {
-                    builder = builder.with_region("us-east-1");
-                }
-                None => {}
-            }
-            let store = builder.build().map_err(|e| bad(e.to_string()))?;
-            let prefix = Path::parse(prefix.trim_matches('/'))
-                .map_err(|e| bad(format!("bad prefix: {e}")))?;
-            return Ok(Self {
-                store: Arc::new(store),
-                local_root: None,
-                prefix,
-                display: url.to_owned(),
-            });
+            return Self::open_s3(args, url, rest);
         }
         if url.contains("://") && !url.starts_with("file://") {
             return Err(bad(
@@ -188,6 +177,50 @@ impl ArchiveStore {
             prefix: Path::default(),
             display: root.display().to_string(),
         })
+    }
+
+    /// `s3://bucket/prefix`, `rest` being what follows the scheme.
+    #[cfg(feature = "s3")]
+    fn open_s3(args: &ArchiveArgs, url: &str, rest: &str) -> Result<Self, StoreError> {
+        let bad = |why: String| StoreError::Url {
+            url: url.to_owned(),
+            why,
+        };
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(bad("names no bucket; use s3://bucket/prefix".into()));
+        }
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        if let Some(endpoint) = &args.s3_endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        if args.s3_allow_http {
+            builder = builder.with_allow_http(true);
+        }
+        match &args.s3_region {
+            Some(region) => builder = builder.with_region(region),
+            None if std::env::var_os("AWS_REGION").is_none()
+                && std::env::var_os("AWS_DEFAULT_REGION").is_none() =>
+            {
+                builder = builder.with_region("us-east-1");
+            }
+            None => {}
+        }
+        let store = builder.build().map_err(|e| bad(e.to_string()))?;
+        let prefix =
+            Path::parse(prefix.trim_matches('/')).map_err(|e| bad(format!("bad prefix: {e}")))?;
+        Ok(Self {
+            store: Arc::new(store),
+            local_root: None,
+            prefix,
+            display: url.to_owned(),
+        })
+    }
+
+    /// Without the `s3` feature there is no S3 client to open `s3://` with.
+    #[cfg(not(feature = "s3"))]
+    fn open_s3(_args: &ArchiveArgs, url: &str, _rest: &str) -> Result<Self, StoreError> {
+        Err(s3_not_built(url))
     }
 
     /// The object path of `relative` (slash-separated, each part already safe).
@@ -402,6 +435,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "s3")]
     #[test]
     fn s3_urls_split_bucket_and_prefix() {
         let mut a = args("s3://bucket/some/prefix/");
@@ -412,5 +446,29 @@ mod tests {
             store.path("kind=dlq/x.avro").as_ref(),
             "some/prefix/kind=dlq/x.avro"
         );
+    }
+
+    #[test]
+    fn s3_urls_without_the_s3_feature_say_how_to_get_it() {
+        let urls = ["s3://bucket/some/prefix", "s3://"];
+        for url in urls {
+            let err = s3_not_built(url).to_string();
+            for want in [
+                url,
+                "--archive-url",
+                "feature `s3`",
+                "--features s3",
+                "image",
+            ] {
+                assert!(err.contains(want), "{url}: expected {want:?} in {err}");
+            }
+        }
+        // A build without the feature answers `open` with exactly that error.
+        if cfg!(not(feature = "s3")) {
+            for url in urls {
+                let err = ArchiveStore::open(&args(url), true).unwrap_err();
+                assert_eq!(err.to_string(), s3_not_built(url).to_string());
+            }
+        }
     }
 }

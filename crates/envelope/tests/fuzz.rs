@@ -78,9 +78,9 @@ static EVOLVED_ONLY: LazyLock<Vec<u64>> = LazyLock::new(|| {
 });
 
 // ---------------------------------------------------------------------------------------
-// Run configuration (HOOKLINE_FUZZ_CASES / HOOKLINE_FUZZ_SEED, shared in testkit).
+// Run configuration (HOOKLINE_FUZZ_CASES / HOOKLINE_FUZZ_SEED, shared in hookline-fuzzing).
 
-use hookline_testkit::fuzz::{cases as fuzz_cases, seed as fuzz_seed};
+use hookline_fuzzing::{cases as fuzz_cases, seed as fuzz_seed};
 
 fn runner(cases: u32, seed: u64) -> TestRunner {
     TestRunner::new(Config {

@@ -13,7 +13,13 @@ use hookline_core::{epoch, matching::EventTypeFilter, RateLimit};
 use hookline_envelope::{encode, Subscription, Topics};
 use hookline_runtime::{config::CommonArgs, kafka, subscriptions};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use serde::{Deserialize, Serialize};
+use serde::{
+    de::{
+        value::{MapAccessDeserializer, SeqAccessDeserializer},
+        MapAccess, SeqAccess, Visitor,
+    },
+    Deserialize, Deserializer, Serialize,
+};
 
 /// How long the CLI waits for the table to load or a write to be acknowledged.
 const CLI_TIMEOUT: Duration = Duration::from_secs(30);
@@ -170,26 +176,73 @@ impl PutArgs {
     }
 }
 
-/// Reads one spec or a list from JSON or YAML (YAML is a superset of JSON).
+/// Reads one spec or a list from JSON or YAML (YAML is a superset of JSON). A
+/// parse error names the line and column and shows the lines around them.
 pub fn read_specs(path: &PathBuf) -> Result<Vec<SubscriptionSpec>, CliError> {
     let text = std::fs::read_to_string(path).map_err(|e| CliError::File {
         path: path.clone(),
         why: e.to_string(),
     })?;
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        Many(Vec<SubscriptionSpec>),
-        One(Box<SubscriptionSpec>),
-    }
-    let parsed: OneOrMany = serde_yaml_ng::from_str(&text).map_err(|e| CliError::File {
+    let parsed: OneOrMany = serde_saphyr::from_str(&text).map_err(|e| CliError::File {
         path: path.clone(),
-        why: format!("not a subscription or a list of subscriptions: {e}"),
+        why: format!(
+            "not a subscription or a list of subscriptions: {}",
+            yaml_error(&e, &path.display().to_string())
+        ),
     })?;
     Ok(match parsed {
         OneOrMany::Many(v) => v,
         OneOrMany::One(s) => vec![*s],
     })
+}
+
+/// The file's content: a mapping is one subscription, a sequence a list of them.
+/// Decided on the first event rather than by `#[serde(untagged)]`, which would try
+/// both and report only that neither matched: this way the error of the one that
+/// applies, with its line and column, reaches the operator.
+enum OneOrMany {
+    Many(Vec<SubscriptionSpec>),
+    One(Box<SubscriptionSpec>),
+}
+
+impl<'de> Deserialize<'de> for OneOrMany {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct OneOrManyVisitor;
+        impl<'de> Visitor<'de> for OneOrManyVisitor {
+            type Value = OneOrMany;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a subscription (a mapping) or a list of subscriptions")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<OneOrMany, A::Error> {
+                Vec::deserialize(SeqAccessDeserializer::new(seq)).map(OneOrMany::Many)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<OneOrMany, A::Error> {
+                SubscriptionSpec::deserialize(MapAccessDeserializer::new(map))
+                    .map(|s| OneOrMany::One(Box::new(s)))
+            }
+        }
+        d.deserialize_any(OneOrManyVisitor)
+    }
+}
+
+/// `message at line L, column C`, then, when the parser kept them, the lines around
+/// that place with a caret under it (headed `--> file:L:C`). Messages are the
+/// parser's wording for people rather than for the program's developers.
+fn yaml_error(e: &serde_saphyr::Error, source: &str) -> String {
+    let formatter = &serde_saphyr::UserMessageFormatter;
+    let plain = e.render_with_options(serde_saphyr::render_options! {
+        formatter: formatter,
+        snippets: serde_saphyr::SnippetMode::Off,
+    });
+    let snippet = e.render_with_options(serde_saphyr::render_options! {
+        formatter: formatter,
+        source_name: Some(source),
+    });
+    // A snippet's first line repeats the message; the picture is what follows it.
+    match snippet.split_once('\n') {
+        Some((_, picture)) if !picture.trim().is_empty() => format!("{plain}\n{picture}"),
+        _ => plain,
+    }
 }
 
 /// Validates one spec; every problem is reported, prefixed by the id.
@@ -522,5 +575,59 @@ mod tests {
         let typo = dir.path().join("typo.yaml");
         std::fs::write(&typo, "subscription_id: s1\ntennant_id: acme\n").unwrap();
         assert!(matches!(read_specs(&typo), Err(CliError::File { .. })));
+    }
+
+    /// Every parse error says where: line and column, the file, and the line itself.
+    #[test]
+    fn file_errors_name_the_line_and_column() {
+        let dir = tempfile::tempdir().unwrap();
+        let good =
+            "  tenant_id: acme\n  url: https://a.example\n  event_types: [a.b]\n  secret_ref: k\n";
+        let cases = [
+            (
+                "typo.yaml",
+                "subscription_id: s1\ntennant_id: acme\n".to_owned(),
+                &["unknown field `tennant_id`", "line 2, column 1", "typo.yaml:2:1", "2 | tennant_id: acme"][..],
+            ),
+            (
+                "type.yaml",
+                format!("- subscription_id: s1\n{good}  max_in_flight: lots\n"),
+                &["line 6, column 18", "type.yaml:6:18", "max_in_flight: lots"],
+            ),
+            (
+                "missing.yaml",
+                format!("- subscription_id: s1\n{good}- subscription_id: s2\n  tenant_id: acme\n"),
+                &["missing field `url`", "line 7, column 3", "missing.yaml:7:3"],
+            ),
+            (
+                "twice.yaml",
+                "subscription_id: s1\nsubscription_id: s2\n".to_owned(),
+                &["duplicate", "`subscription_id`", "line 2, column 1"],
+            ),
+            (
+                "syntax.yaml",
+                "subscription_id: s1\ntenant_id: [acme\n".to_owned(),
+                &["line 2, column 12", "syntax.yaml:2:12"],
+            ),
+            (
+                "json.json",
+                r#"{"id":"s1","tenant":"acme","url":"https://a.example","event_types":"a.b","secret_ref":"k"}"#.to_owned(),
+                &["line 1, column 68"],
+            ),
+            (
+                "scalar.yaml",
+                "42\n".to_owned(),
+                &["expected a subscription (a mapping) or a list of subscriptions"],
+            ),
+        ];
+        for (name, text, wanted) in cases {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            let err = read_specs(&path).unwrap_err().to_string();
+            assert!(err.contains(&path.display().to_string()), "{name}: {err}");
+            for want in wanted {
+                assert!(err.contains(want), "{name}: expected {want:?} in:\n{err}");
+            }
+        }
     }
 }

@@ -3,7 +3,6 @@
 //! process harness (`stage`, `pipeline`) that `make bench` and `make faults`
 //! run the real binaries with. Nothing here is used by the services themselves.
 
-pub mod fuzz;
 pub mod hostile;
 pub mod kafka;
 pub mod logs;

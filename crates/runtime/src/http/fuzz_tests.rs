@@ -46,7 +46,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 const MARGIN: Duration = Duration::from_secs(2);
 const MAX_RESPONSE_BYTES: usize = 64;
 
-use hookline_testkit::fuzz::{cases as fuzz_cases, seed as fuzz_seed};
+use hookline_fuzzing::{cases as fuzz_cases, seed as fuzz_seed};
 
 // ---------------------------------------------------------------------------------------
 // Responses.

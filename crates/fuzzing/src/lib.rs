@@ -1,6 +1,10 @@
 //! Run settings shared by the proptest-based fuzz targets (envelope decode,
 //! classification, the HTTP client): `HOOKLINE_FUZZ_CASES` sets how many
 //! inputs, `HOOKLINE_FUZZ_SEED` replays a run (each target prints its seed).
+//!
+//! A crate of its own, with no dependencies, so that the fuzz targets of
+//! `hookline-core` and `hookline-envelope` do not build `hookline-testkit`
+//! (librdkafka, hyper, rustls) for two environment variables.
 
 /// `HOOKLINE_FUZZ_CASES`, or `default`. A value that is not a whole number
 /// fails the test rather than silently running the default.
