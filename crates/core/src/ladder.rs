@@ -27,6 +27,18 @@ pub const DEFAULT_TIERS: [(&str, Duration); 4] = [
     ("retry-2h", Duration::from_secs(2 * 3600)),
 ];
 
+/// Attempts (the first included) of the default ladder; the dispatcher's
+/// `--max-attempts` default.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 15;
+/// The default ladder's `max_age`: about a day of trying.
+pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
+/// [`DEFAULT_MAX_AGE`] as the dispatcher's `--max-age` default (a test checks they agree).
+pub const DEFAULT_MAX_AGE_TEXT: &str = "24h";
+/// The default ladder's `max_jitter`.
+pub const DEFAULT_MAX_JITTER: Duration = Duration::from_millis(500);
+/// [`DEFAULT_MAX_JITTER`] as the dispatcher's `--retry-jitter` default.
+pub const DEFAULT_MAX_JITTER_TEXT: &str = "500ms";
+
 /// The first character of `name` that a Kafka topic name cannot hold; only
 /// `[a-zA-Z0-9._-]` are allowed. A tier is the topic `deliveries.<name>`, so this is the
 /// tier-name rule, and `hookline_envelope::Topics` checks its prefix with it too.
@@ -154,9 +166,9 @@ impl Default for Ladder {
             .collect();
         Self::new(
             tiers,
-            15,
-            Duration::from_secs(24 * 3600),
-            Duration::from_millis(500),
+            DEFAULT_MAX_ATTEMPTS,
+            DEFAULT_MAX_AGE,
+            DEFAULT_MAX_JITTER,
         )
         .expect("the default ladder is valid")
     }

@@ -8,7 +8,7 @@
 use std::{path::PathBuf, time::Duration};
 
 use clap::Args;
-use hookline_core::{egress::Cidr, EgressPolicy, Ladder, LaneLimits, Tier};
+use hookline_core::{egress::Cidr, ladder, EgressPolicy, Ladder, LaneLimits, Tier};
 use hookline_runtime::{
     config::{parse_duration, CommonArgs},
     http::{defaults as http, read_pem_certs, HttpSettings},
@@ -131,17 +131,17 @@ pub struct DispatcherArgs {
     pub retry_tiers: Vec<(String, Duration)>,
 
     /// Attempts (first one included) after which a failing delivery is dead-lettered.
-    #[arg(long, env = "HOOKLINE_MAX_ATTEMPTS", default_value_t = 15)]
+    #[arg(long, env = "HOOKLINE_MAX_ATTEMPTS", default_value_t = ladder::DEFAULT_MAX_ATTEMPTS)]
     pub max_attempts: u32,
 
     /// Age (since the first attempt) past which no retry is scheduled.
-    #[arg(long, env = "HOOKLINE_MAX_AGE", default_value = "24h", value_parser = parse_duration)]
+    #[arg(long, env = "HOOKLINE_MAX_AGE", default_value = ladder::DEFAULT_MAX_AGE_TEXT, value_parser = parse_duration)]
     pub max_age: Duration,
 
     /// Most random delay added to a retry's due time (it only ever delays). It
     /// also bounds how late a retry can be: a tier partition is attempted in
     /// order, so a record can wait behind a head due up to the jitter after it.
-    #[arg(long, env = "HOOKLINE_RETRY_JITTER", default_value = "500ms", value_parser = parse_duration)]
+    #[arg(long, env = "HOOKLINE_RETRY_JITTER", default_value = ladder::DEFAULT_MAX_JITTER_TEXT, value_parser = parse_duration)]
     pub retry_jitter: Duration,
 
     /// Most kilobytes librdkafka prefetches per `deliveries` partition
