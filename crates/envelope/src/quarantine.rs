@@ -90,8 +90,13 @@ pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
+        // An error whose message already ends with its source's (`"archive: {0}"`
+        // over a `#[from]`) is not repeated.
+        let more = s.to_string();
+        if !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
         source = s.source();
     }
     text
@@ -156,6 +161,15 @@ mod tests {
         let e = Outer(Middle(std::io::Error::other("inner")));
         assert_eq!(error_chain(&e), "outer: middle: inner");
         assert_eq!(error_chain(&std::io::Error::other("alone")), "alone");
+    }
+
+    #[test]
+    fn error_chain_does_not_repeat_a_source_the_message_already_holds() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("archive: {0}")]
+        struct Wrapping(#[from] std::io::Error);
+        let e = Wrapping(std::io::Error::other("no such bucket"));
+        assert_eq!(error_chain(&e), "archive: no such bucket");
     }
 
     #[test]
