@@ -38,7 +38,6 @@ pub(crate) struct AttemptContext {
     pub producer: FutureProducer,
     pub topics: Topics,
     pub retry_policy: RetryPolicy,
-    pub max_payload_bytes: usize,
 }
 
 impl std::fmt::Debug for AttemptContext {
@@ -56,6 +55,24 @@ pub(crate) struct Target {
     pub secret_ref: String,
 }
 
+/// An attempt refused before it is sent, decided by the engine's machine; it
+/// is classified and followed up (dead-lettered) like any other failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub kind: FailureKind,
+    pub detail: String,
+}
+
+impl Refusal {
+    /// A payload over `--max-payload-bytes`.
+    pub(crate) fn payload_too_large(len: usize, limit: usize) -> Self {
+        Self {
+            kind: FailureKind::PayloadTooLarge,
+            detail: format!("payload of {len} bytes exceeds --max-payload-bytes {limit}"),
+        }
+    }
+}
+
 /// How an attempt ended, for the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Finished {
@@ -70,11 +87,15 @@ pub(crate) async fn run(
     ctx: Arc<AttemptContext>,
     delivery: Delivery,
     target: Target,
+    refusal: Option<Refusal>,
     cancel: CancellationToken,
 ) -> Finished {
     let started = SystemTime::now();
     let clock = Instant::now();
-    let (result, detail) = attempt(&ctx, &delivery, &target, started).await;
+    let (result, detail) = match refusal {
+        Some(r) => (AttemptResult::Failed(r.kind), Some(r.detail)),
+        None => attempt(&ctx, &delivery, &target, started).await,
+    };
     let now = SystemTime::now();
     let classification = classify(&result, now);
     let took = clock.elapsed();
@@ -132,16 +153,6 @@ async fn attempt(
     now: SystemTime,
 ) -> (AttemptResult, Option<String>) {
     let failed = |kind: FailureKind, detail: String| (AttemptResult::Failed(kind), Some(detail));
-    if delivery.payload.len() > ctx.max_payload_bytes {
-        return failed(
-            FailureKind::PayloadTooLarge,
-            format!(
-                "payload of {} bytes exceeds --max-payload-bytes {}",
-                delivery.payload.len(),
-                ctx.max_payload_bytes
-            ),
-        );
-    }
     let keys = match ctx.secrets.get(&target.secret_ref) {
         Ok(keys) => keys,
         Err(error) => {

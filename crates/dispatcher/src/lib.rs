@@ -238,7 +238,6 @@ async fn dispatch(
         producer: producer.clone(),
         topics,
         retry_policy: outcome::RetryPolicy::new(settings.ladder.clone()),
-        max_payload_bytes: settings.max_payload_bytes,
     });
     let ctx_version = ctx.retry_policy.version().to_owned();
     let mut pollers = Vec::with_capacity(consumers.len());
@@ -278,6 +277,7 @@ async fn dispatch(
             health: ops.health.clone(),
             request_timeout: settings.http.request_timeout,
             shutdown_grace: settings.shutdown_grace,
+            max_payload_bytes: settings.max_payload_bytes,
             commands,
             on_purpose,
         },

@@ -129,6 +129,8 @@ pub(crate) struct Parts {
     pub health: Health,
     pub request_timeout: Duration,
     pub shutdown_grace: Duration,
+    /// Larger payloads are refused (dead-lettered) without being sent.
+    pub max_payload_bytes: usize,
     pub commands: Vec<std::sync::mpsc::Sender<Command>>,
     pub on_purpose: Vec<HeldPartitions>,
 }
@@ -138,7 +140,7 @@ impl Engine {
         Ok(Self {
             epochs: vec![0; p.inputs.len()],
             topics: p.inputs.iter().map(|i| i.topic.clone()).collect(),
-            machine: Machine::new(p.inputs, limits)?,
+            machine: Machine::new(p.inputs, limits, p.max_payload_bytes)?,
             consumers: p.consumers,
             events: p.events,
             subs: p.subs,
@@ -294,10 +296,11 @@ impl Engine {
                     key,
                     delivery,
                     target,
+                    refusal,
                 } => {
                     let ctx = Arc::clone(&self.ctx);
                     self.spawn(key, move |token| {
-                        attempt::run(ctx, *delivery, target, token)
+                        attempt::run(ctx, *delivery, target, refusal, token)
                     });
                 }
             }

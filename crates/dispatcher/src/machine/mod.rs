@@ -44,7 +44,7 @@ pub(crate) use gate::GateAction;
 pub(crate) use gate::Hold;
 
 use crate::{
-    attempt::{Finished, Target},
+    attempt::{Finished, Refusal, Target},
     offsets::Offsets,
     part::{Input, Key, Part},
     quarantine, DispatcherError,
@@ -64,11 +64,13 @@ pub(crate) trait Directory {
 pub(crate) enum Action {
     /// Pause, resume or rewind a partition.
     Gate(GateAction),
-    /// Attempt `delivery` at `target`; report with [`Machine::complete`].
+    /// Attempt `delivery` at `target` — or, with a `refusal`, fail it without
+    /// sending; report with [`Machine::complete`].
     Attempt {
         key: Key,
         delivery: Box<Delivery>,
         target: Target,
+        refusal: Option<Refusal>,
     },
 }
 
@@ -154,10 +156,16 @@ pub(crate) struct Machine {
     running: HashMap<Key, Running>,
     actions: Vec<Action>,
     notes: Vec<Note>,
+    /// Larger payloads are refused without being sent.
+    max_payload_bytes: usize,
 }
 
 impl Machine {
-    pub(crate) fn new(inputs: Vec<Input>, limits: LaneLimits) -> Result<Self, DispatcherError> {
+    pub(crate) fn new(
+        inputs: Vec<Input>,
+        limits: LaneLimits,
+        max_payload_bytes: usize,
+    ) -> Result<Self, DispatcherError> {
         Ok(Self {
             inputs,
             lanes: Lanes::new(limits)?,
@@ -167,6 +175,7 @@ impl Machine {
             running: HashMap::new(),
             actions: Vec::new(),
             notes: Vec::new(),
+            max_payload_bytes,
         })
     }
 

@@ -1,10 +1,13 @@
 //! Starting what the lanes allow: each started record is attempted at its
 //! subscription as it is *now*, or completed as cancelled when that
-//! subscription is deleted, disabled, or belongs to another tenant.
+//! subscription is deleted, disabled, or belongs to another tenant; a payload
+//! over `--max-payload-bytes` is refused without being sent (and dead-lettered
+//! by the attempt as `payload_too_large`).
 
 use std::time::SystemTime;
 
 use super::{Action, Directory, Machine, Note, Running};
+use crate::attempt::Refusal;
 
 impl Machine {
     /// Starts every record the lanes allow at `now`.
@@ -42,10 +45,14 @@ impl Machine {
                     ready_since: queued.ready_since,
                 },
             );
+            let len = delivery.payload.len();
+            let refusal = (len > self.max_payload_bytes)
+                .then(|| Refusal::payload_too_large(len, self.max_payload_bytes));
             self.actions.push(Action::Attempt {
                 key,
                 delivery,
                 target,
+                refusal,
             });
         }
     }

@@ -12,7 +12,7 @@ use hookline_envelope::{encode, Delivery};
 
 use super::{Action, Directory, GateAction, Hold, Intake, Machine, Note};
 use crate::{
-    attempt::{Finished, Target},
+    attempt::{Finished, Refusal, Target},
     part::{Input, Key, Part},
     quarantine::PARTITION_PENDING_CAP,
 };
@@ -26,6 +26,9 @@ const R: Part = Part {
     input: 1,
     partition: 2,
 };
+
+/// `--max-payload-bytes` in these tests.
+const MAX_PAYLOAD: usize = 64;
 
 fn t(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_millis(ms)
@@ -85,7 +88,7 @@ fn machine(partition_records: usize) -> Machine {
         total_records: 10_000,
         total_bytes: 1 << 30,
     };
-    let mut m = Machine::new(inputs, limits).expect("valid limits");
+    let mut m = Machine::new(inputs, limits, MAX_PAYLOAD).expect("valid limits");
     m.assign(&[D, R]);
     let resumed = gates(&mut m);
     assert_eq!(resumed, vec![GateAction::Resume(D), GateAction::Resume(R)]);
@@ -93,6 +96,10 @@ fn machine(partition_records: usize) -> Machine {
 }
 
 fn delivery(subscription: &str, due: SystemTime) -> Vec<u8> {
+    delivery_of(subscription, due, b"{}")
+}
+
+fn delivery_of(subscription: &str, due: SystemTime, payload: &[u8]) -> Vec<u8> {
     encode(&Delivery {
         delivery_id: format!("d-{subscription}-{}", epoch_ms(due)),
         event_id: "e".into(),
@@ -101,7 +108,7 @@ fn delivery(subscription: &str, due: SystemTime) -> Vec<u8> {
         event_type: "order.created".into(),
         occurred_at: epoch_ms(t(0)),
         content_type: "application/json".into(),
-        payload: b"{}".to_vec(),
+        payload: payload.to_vec(),
         attributes: Default::default(),
         attempt: 0,
         created_at: epoch_ms(t(0)),
@@ -481,4 +488,34 @@ fn waiting_counts_include_a_head_past_due() {
         "a head past due is ready"
     );
     assert_eq!(m.running_attempts(), 1);
+}
+
+#[test]
+fn payload_over_the_cap_is_refused_without_being_sent() {
+    let dir = Dir::with(&[("s", 2, true)]);
+    let mut m = machine(100);
+    let at_cap = delivery_of("s", t(0), &[b'x'; MAX_PAYLOAD]);
+    let over = delivery_of("s", t(0), &[b'x'; MAX_PAYLOAD + 1]);
+    push(&mut m, D, 0, &at_cap, t(0), &dir);
+    push(&mut m, D, 1, &over, t(0), &dir);
+    m.start_ready(t(0), &dir);
+    let refusals: Vec<(Key, Option<Refusal>)> = m
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Attempt { key, refusal, .. } => Some((key, refusal)),
+            Action::Gate(_) => None,
+        })
+        .collect();
+    assert_eq!(
+        refusals,
+        vec![
+            ((D, 0), None),
+            (
+                (D, 1),
+                Some(Refusal::payload_too_large(MAX_PAYLOAD + 1, MAX_PAYLOAD))
+            )
+        ],
+        "at the cap is sent, over it is refused"
+    );
 }
