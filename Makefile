@@ -57,7 +57,7 @@ test-faults:
 
 ## chart-test: the Helm chart offline; installs helm, promtool and kubernetes-validate itself.
 chart-test: venv
-	bash deploy/helm/chart-test.sh
+	FEATURES="$(FEATURES)" bash deploy/helm/chart-test.sh
 
 ## lint: rustfmt, clippy (also dlq-sink without S3), no import circles, and `make deny`.
 lint:

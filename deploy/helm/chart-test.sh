@@ -38,8 +38,10 @@ fi
 [[ -x .venv/bin/kubernetes-validate && -x .venv/bin/hadolint ]] || { log "run 'make venv' first (kubernetes-validate, hadolint)"; exit 1; }
 
 log "building the service binaries (their --help is the reference for the chart's env)"
-# The whole workspace, so dependencies keep the features `make test` built them with.
-"$CARGO" build -q --workspace --bins
+# The whole workspace with the Makefile's FEATURES (split into words on
+# purpose), so dependencies keep the features `make test` built them with.
+# shellcheck disable=SC2086
+"$CARGO" build -q --workspace --bins ${FEATURES:-}
 export HOOKLINE_BIN_DIR="${CARGO_TARGET_DIR:-$repo/target}/debug"
 
 # No Docker engine is needed: the image's Dockerfile is linted, not built.
