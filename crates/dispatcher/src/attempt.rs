@@ -1,14 +1,19 @@
-//! One attempt: sign at attempt time, POST, classify, and make the follow-up
-//! (retry record or dead letter) durable before reporting the source record
-//! finished. A follow-up that cannot be produced is retried until it is, or until
-//! the attempt is cancelled (drain or revoke), in which case the source record
-//! stays unfinished and is attempted again by whoever reads it next.
+//! One attempt: sign at attempt time, POST, classify, and decide the follow-up
+//! (a retry record or a dead letter). The follow-up is not produced here: it is
+//! handed to the engine (`Ended::Handoff`), which commits it with the source
+//! offset in a Kafka transaction (`engine/commit.rs`).
 
 use std::{
     sync::Arc,
-    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+    time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
+use crate::{
+    events,
+    handoff::{Handoff, Written},
+    outcome::{plan, AttemptFacts, FollowUp, RetryPolicy},
+    part::Key,
+};
 use bytes::Bytes;
 use hookline_core::{classify, epoch, AttemptResult, FailureKind};
 use hookline_envelope::{encode, Delivery, Topics};
@@ -17,13 +22,6 @@ use hookline_runtime::{
     signing::{self, SecretStore},
 };
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, USER_AGENT};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use tokio_util::sync::CancellationToken;
-
-use crate::{
-    events,
-    outcome::{plan, AttemptFacts, FollowUp, RetryPolicy},
-};
 
 /// Header carrying the event type (Standard Webhooks leaves it to the sender).
 pub const HEADER_EVENT_TYPE: &str = "webhook-event-type";
@@ -35,7 +33,6 @@ pub const USER_AGENT_VALUE: &str = concat!("hookline/", env!("CARGO_PKG_VERSION"
 pub(crate) struct AttemptContext {
     pub client: WebhookClient,
     pub secrets: SecretStore,
-    pub producer: FutureProducer,
     pub topics: Topics,
     pub retry_policy: RetryPolicy,
 }
@@ -73,23 +70,34 @@ impl Refusal {
     }
 }
 
-/// How an attempt ended, for the engine.
+/// How work on a source record ended, for the machine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Finished {
-    /// Delivered, or its follow-up is durable: finish the source offset.
+    /// Delivered, or its follow-up is in a transaction: finish the source offset.
     Durable,
-    /// Cancelled before the follow-up was durable: leave the offset unfinished.
+    /// Given up: leave the offset unfinished.
     Abandoned,
 }
 
-/// Runs one attempt to its durable end (or cancellation).
+/// How an attempt task ended, for the engine.
+#[derive(Debug)]
+pub(crate) enum Ended {
+    /// Nothing more to write (delivered): finish the source offset now.
+    Done,
+    /// A follow-up to commit with the source offset.
+    Handoff(Box<Handoff>),
+    /// Nothing can be written (no topic for the tier): leave the offset unfinished.
+    Abandoned,
+}
+
+/// Runs one attempt of `delivery` (the record at `key`) and decides its follow-up.
 pub(crate) async fn run(
     ctx: Arc<AttemptContext>,
+    key: Key,
     delivery: Delivery,
     target: Target,
     refusal: Option<Refusal>,
-    cancel: CancellationToken,
-) -> Finished {
+) -> Ended {
     let started = SystemTime::now();
     let clock = Instant::now();
     let (result, detail) = match refusal {
@@ -112,37 +120,36 @@ pub(crate) async fn run(
         took,
     }
     .emit();
-    let (topic, value, tier) = match &follow_up {
-        FollowUp::Done => return Finished::Durable,
+    let record_key = Some(delivery.tenant_id.as_bytes().to_vec());
+    let (topic, value, written) = match follow_up {
+        FollowUp::Done => return Ended::Done,
         FollowUp::Retry { tier, record } => {
-            let Some((name, topic)) = ctx.topics.retries().nth(*tier) else {
-                events::NoSuchRetryTier { tier: *tier }.emit();
-                return Finished::Abandoned;
+            let Some((name, topic)) = ctx.topics.retries().nth(tier) else {
+                events::NoSuchRetryTier { tier }.emit();
+                return Ended::Abandoned;
             };
-            (topic.to_owned(), encode(record.as_ref()), Some(name))
+            let written = Written::Retry {
+                tier: name.to_owned(),
+                delivery_id: delivery.delivery_id,
+            };
+            (topic.to_owned(), encode(record.as_ref()), written)
         }
-        FollowUp::Dead { letter, .. } => {
-            (ctx.topics.dlq().to_owned(), encode(letter.as_ref()), None)
-        }
+        FollowUp::Dead { reason, letter } => (
+            ctx.topics.dlq().to_owned(),
+            encode(letter.as_ref()),
+            Written::Dead {
+                reason,
+                delivery_id: delivery.delivery_id,
+            },
+        ),
     };
-    let key = Some(delivery.tenant_id.as_bytes());
-    let finished = produce_until_durable(&ctx.producer, &topic, key, &value, &cancel).await;
-    if finished == Finished::Durable {
-        match (&follow_up, tier) {
-            (FollowUp::Dead { reason, .. }, _) => events::DeadLettered {
-                reason: *reason,
-                delivery: &delivery,
-            }
-            .emit(),
-            (_, Some(tier)) => events::RetryWritten {
-                tier,
-                delivery: &delivery,
-            }
-            .emit(),
-            _ => {}
-        }
-    }
-    finished
+    Ended::Handoff(Box::new(Handoff {
+        key,
+        topic,
+        record_key,
+        value,
+        written,
+    }))
 }
 
 /// Signs and POSTs; returns the result and a short detail for a dead letter.
@@ -218,41 +225,4 @@ fn headers(delivery: &Delivery, signed: &signing::SignatureHeaders) -> Result<He
         value("event_type", &delivery.event_type)?,
     );
     Ok(h)
-}
-
-/// Produces one record, retrying with backoff until acknowledged or cancelled.
-pub(crate) async fn produce_until_durable(
-    producer: &FutureProducer,
-    topic: &str,
-    key: Option<&[u8]>,
-    value: &[u8],
-    cancel: &CancellationToken,
-) -> Finished {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        let mut record = FutureRecord::<[u8], [u8]>::to(topic).payload(value);
-        if let Some(key) = key {
-            record = record.key(key);
-        }
-        let sent = tokio::select! {
-            _ = cancel.cancelled() => return Finished::Abandoned,
-            r = producer.send(record, Duration::from_secs(5)) => r,
-        };
-        match sent {
-            Ok(_) => return Finished::Durable,
-            Err((error, _)) => {
-                events::FollowUpFailed {
-                    topic,
-                    error: &error,
-                    backoff,
-                }
-                .emit();
-                tokio::select! {
-                    _ = cancel.cancelled() => return Finished::Abandoned,
-                    _ = tokio::time::sleep(backoff) => {}
-                }
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
 }

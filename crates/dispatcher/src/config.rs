@@ -160,6 +160,33 @@ pub struct DispatcherArgs {
     /// fetched (librdkafka's default is 500ms).
     #[arg(long, env = "HOOKLINE_FETCH_WAIT_MAX", default_value = "100ms", value_parser = parse_duration)]
     pub fetch_wait_max: Duration,
+
+    /// Transactional id of this replica's producer (default
+    /// `hookline-dispatcher-$HOSTNAME`, a pod's name). Keep it stable across
+    /// restarts of one replica and unique between replicas: a restart then
+    /// fences its predecessor and aborts its open transaction at once.
+    #[arg(long, env = "HOOKLINE_DISPATCHER_TRANSACTIONAL_ID")]
+    pub transactional_id: Option<String>,
+
+    /// Longest a finished delivery's offset waits before it is committed (in a
+    /// transaction). Retry records, dead letters and quarantined records do not
+    /// wait for it: they commit as soon as the previous transaction ends. It
+    /// bounds the re-attempts after a crash.
+    #[arg(long, env = "HOOKLINE_COMMIT_INTERVAL", default_value = "100ms", value_parser = parse_duration)]
+    pub commit_interval: Duration,
+
+    /// Timeout of one transaction operation (commit, offsets, abort).
+    #[arg(long, env = "HOOKLINE_DISPATCHER_TXN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub txn_timeout: Duration,
+}
+
+impl DispatcherArgs {
+    /// The transactional id to use.
+    pub fn transactional_id(&self) -> String {
+        self.transactional_id
+            .clone()
+            .unwrap_or_else(|| hookline_runtime::kafka::txn::default_transactional_id(crate::STAGE))
+    }
 }
 
 /// Time a drained or revoked attempt gets after the request timeout to make its
@@ -175,6 +202,10 @@ pub(crate) const REVOKE_COMMIT_SLACK: Duration = Duration::from_secs(10);
 /// librdkafka's `queued.max.messages.kbytes` range.
 const PREFETCH_KBYTES: std::ops::RangeInclusive<u32> = 1..=2_097_151;
 
+/// Longest `--commit-interval`: the offsets of finished deliveries wait this
+/// long at most, and a crash re-attempts what they cover.
+const MAX_COMMIT_INTERVAL: Duration = Duration::from_secs(10);
+
 /// librdkafka's `fetch.wait.max.ms` range.
 const MAX_FETCH_WAIT: Duration = Duration::from_secs(300);
 
@@ -183,21 +214,14 @@ const MAX_FETCH_WAIT: Duration = Duration::from_secs(300);
 pub(crate) mod librdkafka {
     use std::time::Duration;
 
-    /// `auto.commit.interval.ms`: offsets are *stored* only from the watermark
-    /// (never past an unfinished record), so committing what is stored every
-    /// second loses nothing; it bounds the re-attempts after a crash.
-    pub(crate) const AUTO_COMMIT_INTERVAL: Duration = Duration::from_secs(1);
-    /// `linger.ms` of the follow-up producer: batches retries and dead letters
-    /// a little without delaying the finish of a source record noticeably.
-    pub(crate) const PRODUCER_LINGER: Duration = Duration::from_millis(5);
-    /// `message.timeout.ms`: a follow-up not acknowledged in this time fails and
-    /// is produced again (`produce_until_durable`), so it is never given up.
-    pub(crate) const PRODUCER_MESSAGE_TIMEOUT: Duration = Duration::from_secs(30);
-    /// `compression.type` of follow-ups (payloads are mostly JSON).
-    pub(crate) const PRODUCER_COMPRESSION: &str = "lz4";
-    /// Longest the exit waits for the producer to flush stragglers; follow-ups
-    /// that matter were awaited before their offsets finished.
-    pub(crate) const FLUSH_ON_EXIT: Duration = Duration::from_secs(5);
+    /// `linger.ms` of the transactional producer: a transaction's records are
+    /// flushed by its commit, so lingering only delays that.
+    pub(crate) const PRODUCER_LINGER: Duration = Duration::from_millis(1);
+    /// `transaction.timeout.ms`: how long a crashed replica's open transaction
+    /// (under a transactional id no successor reuses) holds back the
+    /// `read_committed` readers of the tiers and the DLQ. Transactions take
+    /// milliseconds; a restarted replica with the same id aborts it at once.
+    pub(crate) const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
 
     /// `Duration` as librdkafka's milliseconds.
     pub(crate) fn ms(d: Duration) -> String {
@@ -229,6 +253,15 @@ pub(crate) struct Settings {
     pub shutdown_grace: Duration,
     pub ladder: Ladder,
     pub kafka: KafkaTuning,
+    pub commits: CommitSettings,
+}
+
+/// How follow-ups and offsets are committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CommitSettings {
+    pub transactional_id: String,
+    pub interval: Duration,
+    pub call_timeout: Duration,
 }
 
 impl Settings {
@@ -322,6 +355,28 @@ impl Config {
                 format!("{:?} is longer than librdkafka's 5m", d.fetch_wait_max),
             ));
         }
+        if d.commit_interval.is_zero() || d.commit_interval > MAX_COMMIT_INTERVAL {
+            return Err(bad(
+                "--commit-interval / HOOKLINE_COMMIT_INTERVAL",
+                format!(
+                    "{:?} is outside 1ms..={MAX_COMMIT_INTERVAL:?}",
+                    d.commit_interval
+                ),
+            ));
+        }
+        if d.txn_timeout.is_zero() {
+            return Err(bad(
+                "--txn-timeout / HOOKLINE_DISPATCHER_TXN_TIMEOUT",
+                "must be greater than zero".into(),
+            ));
+        }
+        let transactional_id = d.transactional_id();
+        if transactional_id.is_empty() {
+            return Err(bad(
+                "--transactional-id / HOOKLINE_DISPATCHER_TRANSACTIONAL_ID",
+                "must not be empty".into(),
+            ));
+        }
         if d.secrets_poll_interval.is_zero() {
             return Err(bad(
                 "--secrets-poll-interval / HOOKLINE_SECRETS_POLL_INTERVAL",
@@ -377,6 +432,11 @@ impl Config {
                 ready_prefetch_kbytes: d.ready_prefetch_kbytes,
                 tier_prefetch_kbytes: d.tier_prefetch_kbytes,
                 fetch_wait_max: d.fetch_wait_max,
+            },
+            commits: CommitSettings {
+                transactional_id,
+                interval: d.commit_interval,
+                call_timeout: d.txn_timeout,
             },
         })
     }

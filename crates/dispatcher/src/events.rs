@@ -100,36 +100,38 @@ impl NoSuchRetryTier {
     }
 }
 
-/// A follow-up record (retry, dead letter, quarantined record) was not
-/// acknowledged; it is produced again after `backoff`.
-pub(crate) struct FollowUpFailed<'a> {
-    pub topic: &'a str,
+/// A transaction (follow-ups and offsets) failed: it is aborted and its
+/// hand-offs go into the next one, after a back-off.
+pub(crate) struct TransactionFailed<'a> {
     pub error: &'a dyn Display,
-    pub backoff: Duration,
+    pub handoffs: usize,
+    /// `aborted`, or `fenced` when the producer had to be re-created.
+    pub outcome: &'static str,
 }
 
-impl FollowUpFailed<'_> {
+impl TransactionFailed<'_> {
     pub(crate) fn emit(self) {
         tracing::warn!(
-            topic = %self.topic,
             error = %self.error,
-            backoff = ?self.backoff,
-            "cannot write the follow-up record; retrying"
+            handoffs = self.handoffs,
+            outcome = self.outcome,
+            "transaction failed; its follow-ups and offsets go into the next one"
         );
-        metrics::follow_up_failed();
+        metrics::follow_up_failed(self.handoffs);
+        metrics::error(ErrorKind::CommitFailed);
     }
 }
 
-/// A retry record is durable on its tier.
+/// A retry record is committed on its tier.
 pub(crate) struct RetryWritten<'a> {
     pub tier: &'a str,
-    pub delivery: &'a Delivery,
+    pub delivery_id: &'a str,
 }
 
 impl RetryWritten<'_> {
     pub(crate) fn emit(self) {
         tracing::debug!(
-            delivery_id = %self.delivery.delivery_id,
+            delivery_id = %self.delivery_id,
             tier = self.tier,
             "retry record written"
         );
@@ -137,16 +139,16 @@ impl RetryWritten<'_> {
     }
 }
 
-/// A dead letter is durable on the DLQ.
+/// A dead letter is committed on the DLQ.
 pub(crate) struct DeadLettered<'a> {
     pub reason: DeadLetterReason,
-    pub delivery: &'a Delivery,
+    pub delivery_id: &'a str,
 }
 
 impl DeadLettered<'_> {
     pub(crate) fn emit(self) {
         tracing::debug!(
-            delivery_id = %self.delivery.delivery_id,
+            delivery_id = %self.delivery_id,
             reason = self.reason.as_str(),
             "dead letter written"
         );
@@ -154,7 +156,7 @@ impl DeadLettered<'_> {
     }
 }
 
-/// A record that is not a `Delivery` is durable on the quarantine topic.
+/// A record that is not a `Delivery` is committed on the quarantine topic.
 pub(crate) struct Quarantined<'a> {
     pub topic: &'a str,
     pub record: &'a QuarantinedEvent,
@@ -169,22 +171,9 @@ impl Quarantined<'_> {
             source_partition = self.record.source_partition,
             source_offset = self.record.source_offset,
             reason = self.reason.as_str(),
-            "quarantined record acknowledged"
+            "quarantined record committed"
         );
         metrics::quarantined(self.reason);
-    }
-}
-
-/// The producer did not flush on exit (follow-ups that matter were awaited
-/// before their offsets finished; stragglers are re-attempted by the next owner).
-pub(crate) struct FlushFailed<'a> {
-    pub error: &'a dyn Display,
-}
-
-impl FlushFailed<'_> {
-    pub(crate) fn emit(self) {
-        tracing::warn!(error = %self.error, "cannot flush the producer on exit");
-        metrics::error(ErrorKind::FlushFailed);
     }
 }
 
@@ -331,35 +320,6 @@ impl PollerGone<'_> {
 
 // --- offsets.rs ----------------------------------------------------------------
 
-/// Offsets could not be stored; a partition being handed over refuses stores
-/// and its new owner re-reads, so this is logged at debug.
-pub(crate) struct OffsetStoreFailed<'a> {
-    pub error: &'a dyn Display,
-}
-
-impl OffsetStoreFailed<'_> {
-    pub(crate) fn emit(self) {
-        tracing::debug!(error = %self.error, "could not store offsets");
-        metrics::error(ErrorKind::OffsetStoreFailed);
-    }
-}
-
-/// A commit failed (or its task did); the next owner re-attempts from the
-/// last commit.
-pub(crate) struct CommitFailed<'a> {
-    pub error: &'a dyn Display,
-}
-
-impl CommitFailed<'_> {
-    pub(crate) fn emit(self) {
-        tracing::warn!(
-            error = %self.error,
-            "commit failed; the next owner re-attempts from the last commit"
-        );
-        metrics::error(ErrorKind::CommitFailed);
-    }
-}
-
 /// The watermark refused to finish an offset.
 pub(crate) struct WatermarkRefused<'a> {
     pub part: &'a dyn Debug,
@@ -453,10 +413,6 @@ mod tests {
                 Box::new(|| NoSuchRetryTier { tier: 9 }.emit()),
             ),
             (
-                ErrorKind::FlushFailed,
-                Box::new(move || FlushFailed { error: e }.emit()),
-            ),
-            (
                 ErrorKind::UnexpectedTopic,
                 Box::new(|| UnexpectedTopic { topic: "x" }.emit()),
             ),
@@ -529,12 +485,15 @@ mod tests {
                 }),
             ),
             (
-                ErrorKind::OffsetStoreFailed,
-                Box::new(move || OffsetStoreFailed { error: e }.emit()),
-            ),
-            (
                 ErrorKind::CommitFailed,
-                Box::new(move || CommitFailed { error: e }.emit()),
+                Box::new(move || {
+                    TransactionFailed {
+                        error: e,
+                        handoffs: 2,
+                        outcome: "aborted",
+                    }
+                    .emit()
+                }),
             ),
             (
                 ErrorKind::WatermarkRefused,

@@ -1,16 +1,18 @@
 //! The dispatcher stage (DESIGN §4): consumes `deliveries`, looks each
 //! subscription up at attempt time, signs (Standard Webhooks) and POSTs behind
 //! the egress policy, and writes failures to the retry tier the ladder picks or
-//! to the DLQ — finishing a record's offset only once its outcome is durable, so
-//! a crash re-attempts (same `webhook-id`) and never loses a delivery. A record
-//! that is not a `Delivery` goes to `events.quarantine` with its reason, and its
-//! offset is finished only once that write is durable too.
+//! to the DLQ. Those records and the source offsets commit together in Kafka
+//! transactions, so a crash re-attempts (same `webhook-id`) and never loses a
+//! delivery, and never writes a retry or a dead letter twice. A record that is
+//! not a `Delivery` goes to `events.quarantine` with its reason, in the same
+//! transactions.
 
 mod attempt;
 pub mod config;
 mod consumer;
 mod engine;
 mod events;
+mod handoff;
 mod machine;
 mod metrics;
 mod offsets;
@@ -24,7 +26,10 @@ use hookline_envelope::{TopicError, Topics};
 use hookline_runtime::{
     group_watch,
     http::{HttpSetupError, WebhookClient},
-    kafka,
+    kafka::{
+        self,
+        txn::{Transactor, TxnSpec},
+    },
     ops::Ops,
     signing::SecretStore,
     subscriptions, topic_check, RuntimeError,
@@ -32,7 +37,6 @@ use hookline_runtime::{
 use rdkafka::{
     consumer::{BaseConsumer, Consumer},
     error::KafkaError,
-    producer::FutureProducer,
 };
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -196,11 +200,9 @@ async fn dispatch(
             &settings.group_id,
             Some(input.label),
         )?
-        .set("enable.auto.commit", "true")
-        .set(
-            "auto.commit.interval.ms",
-            librdkafka::ms(librdkafka::AUTO_COMMIT_INTERVAL),
-        )
+        // Offsets are committed only in transactions, with the follow-ups
+        // (`engine/commit.rs`).
+        .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("isolation.level", "read_committed")
@@ -221,21 +223,20 @@ async fn dispatch(
             .map_err(|e| kafka_err("subscribing to a deliveries topic", e))?;
         consumers.push(Arc::new(consumer));
     }
-    let producer: FutureProducer = kafka::client_config(&config.common, "hookline-dispatcher")?
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("linger.ms", librdkafka::ms(librdkafka::PRODUCER_LINGER))
-        .set("compression.type", librdkafka::PRODUCER_COMPRESSION)
-        .set(
-            "message.timeout.ms",
-            librdkafka::ms(librdkafka::PRODUCER_MESSAGE_TIMEOUT),
-        )
-        .create()
-        .map_err(|e| kafka_err("creating the producer", e))?;
+    let transactor = Transactor::new(
+        &config.common,
+        TxnSpec {
+            client_id: "hookline-dispatcher",
+            transactional_id: settings.commits.transactional_id.clone(),
+            transaction_timeout: librdkafka::TRANSACTION_TIMEOUT,
+            call_timeout: settings.commits.call_timeout,
+            linger: librdkafka::PRODUCER_LINGER,
+        },
+    )
+    .await?;
     let ctx = Arc::new(attempt::AttemptContext {
         client,
         secrets,
-        producer: producer.clone(),
         topics,
         retry_policy: outcome::RetryPolicy::new(settings.ladder.clone()),
     });
@@ -280,25 +281,17 @@ async fn dispatch(
             max_payload_bytes: settings.max_payload_bytes,
             commands,
             on_purpose,
+            transactor,
+            commits: settings.commits.clone(),
         },
         settings.lanes.clone(),
     )?;
     ops.health.set_ready(STAGE, Ok(()));
     tracing::info!(group = %settings.group_id, policy_version = ctx_version, "dispatching");
-    engine.run(shutdown.clone()).await;
+    let result = engine.run(shutdown.clone()).await;
     stop_watches.cancel();
     futures::future::join_all(watches).await;
     consumer::Poller::stop_all(pollers).await;
-    // Follow-ups are awaited before offsets finish; this only flushes stragglers.
-    let flushed = tokio::task::spawn_blocking(move || {
-        use rdkafka::producer::Producer;
-        producer.flush(librdkafka::FLUSH_ON_EXIT)
-    })
-    .await;
-    match flushed {
-        Ok(Ok(())) => {}
-        Ok(Err(error)) => events::FlushFailed { error: &error }.emit(),
-        Err(error) => events::FlushFailed { error: &error }.emit(),
-    }
+    result?;
     Ok(())
 }

@@ -73,8 +73,16 @@ pub(crate) fn cancelled() {
     metrics::counter!(m::DISPATCHER_CANCELLED).increment(1);
 }
 
-pub(crate) fn follow_up_failed() {
-    metrics::counter!(m::DISPATCHER_FOLLOW_UP_ERRORS).increment(1);
+/// Follow-ups whose transaction failed (they go into the next one).
+pub(crate) fn follow_up_failed(handoffs: usize) {
+    metrics::counter!(m::DISPATCHER_FOLLOW_UP_ERRORS).increment(handoffs as u64);
+}
+
+/// A transaction ended: `committed`, `aborted` or `fenced`.
+pub(crate) fn transaction(outcome: &'static str, took: Duration) {
+    metrics::counter!(m::DISPATCHER_TRANSACTIONS, label::OUTCOME => outcome).increment(1);
+    metrics::histogram!(m::DISPATCHER_TRANSACTION_DURATION, label::OUTCOME => outcome)
+        .record(took.as_secs_f64());
 }
 
 pub(crate) fn quarantined(reason: QuarantineReason) {
@@ -152,8 +160,6 @@ pub(crate) enum ErrorKind {
     NoRetryTier,
     /// A subscription's `secret_ref` cannot be loaded (the attempt retries).
     SecretUnavailable,
-    /// The producer did not flush on exit.
-    FlushFailed,
     /// A record from a topic the dispatcher does not consume.
     UnexpectedTopic,
     /// A record of a partition not assigned here (dropped; its owner reads it).
@@ -176,9 +182,7 @@ pub(crate) enum ErrorKind {
     ResumeFailed,
     /// The poller thread of a consumer is gone.
     PollerGone,
-    /// Offsets could not be stored (a partition being handed over refuses them).
-    OffsetStoreFailed,
-    /// An offset commit failed; the next owner re-attempts from the last commit.
+    /// A transaction of follow-ups and offsets failed; it goes again.
     CommitFailed,
     /// The watermark refused to finish an offset.
     WatermarkRefused,
@@ -190,10 +194,9 @@ pub(crate) enum ErrorKind {
 
 impl ErrorKind {
     /// Every kind, for pre-registering the series.
-    pub(crate) const ALL: [Self; 19] = [
+    pub(crate) const ALL: [Self; 17] = [
         Self::NoRetryTier,
         Self::SecretUnavailable,
-        Self::FlushFailed,
         Self::UnexpectedTopic,
         Self::NotAssigned,
         Self::AlreadyTracked,
@@ -205,7 +208,6 @@ impl ErrorKind {
         Self::PauseFailed,
         Self::ResumeFailed,
         Self::PollerGone,
-        Self::OffsetStoreFailed,
         Self::CommitFailed,
         Self::WatermarkRefused,
         Self::RevokeNotConfirmed,
@@ -217,7 +219,6 @@ impl ErrorKind {
         match self {
             Self::NoRetryTier => "no_retry_tier",
             Self::SecretUnavailable => "secret_unavailable",
-            Self::FlushFailed => "flush_failed",
             Self::UnexpectedTopic => "unexpected_topic",
             Self::NotAssigned => "not_assigned",
             Self::AlreadyTracked => "already_tracked",
@@ -229,7 +230,6 @@ impl ErrorKind {
             Self::PauseFailed => "pause_failed",
             Self::ResumeFailed => "resume_failed",
             Self::PollerGone => "poller_gone",
-            Self::OffsetStoreFailed => "offset_store_failed",
             Self::CommitFailed => "commit_failed",
             Self::WatermarkRefused => "watermark_refused",
             Self::RevokeNotConfirmed => "revoke_not_confirmed",

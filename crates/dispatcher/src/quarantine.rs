@@ -5,46 +5,39 @@
 //! coordinates; the dlq-sink archives them and `replay --quarantine` returns
 //! them to the topic they came from.
 //!
-//! Guarantees: the source offset is finished only once the quarantine write is
-//! acknowledged (`Finished::Durable`); a failed write is retried until it is,
-//! or until the partition is revoked or the dispatcher drains, and then the
-//! record stays unfinished and whoever reads it next quarantines it again — at
-//! least once, never lost. Records behind it are attempted meanwhile; only the
-//! committed offset waits.
-
-use std::sync::Arc;
+//! Guarantees: the quarantined record is a hand-off (`handoff.rs`): it commits
+//! in one transaction with the source offset, so it is written exactly once
+//! for a `read_committed` reader, crash or not. Until its transaction is
+//! built the record counts as pending; records behind it are attempted
+//! meanwhile; only the committed offset waits.
 
 use hookline_envelope::{encode, QuarantineReason, QuarantinedEvent};
-use tokio_util::sync::CancellationToken;
 
 use crate::{
-    attempt::{produce_until_durable, AttemptContext, Finished},
-    events,
+    handoff::{Handoff, Written},
+    part::Key,
 };
 
-/// In-flight quarantine writes per partition at which the partition is paused
-/// (resumed at half), so a flood of bad records while the quarantine topic is
-/// unavailable cannot hold unbounded memory.
+/// Quarantine writes pending per partition at which the partition is paused
+/// (resumed at half), so a flood of bad records while transactions fail
+/// cannot hold unbounded memory.
 pub(crate) const PARTITION_PENDING_CAP: usize = 64;
 
-/// Writes `record` to the quarantine topic until acknowledged or cancelled.
-pub(crate) async fn run(
-    ctx: Arc<AttemptContext>,
+/// The hand-off that writes `record` (the source record at `key`) to `topic`.
+pub(crate) fn handoff(
+    key: Key,
+    topic: &str,
     record: QuarantinedEvent,
     reason: QuarantineReason,
-    cancel: CancellationToken,
-) -> Finished {
-    let value = encode(&record);
-    let topic = ctx.topics.quarantine();
-    let finished =
-        produce_until_durable(&ctx.producer, topic, record.key.as_deref(), &value, &cancel).await;
-    if finished == Finished::Durable {
-        events::Quarantined {
-            topic,
-            record: &record,
+) -> Handoff {
+    Handoff {
+        key,
+        topic: topic.to_owned(),
+        record_key: record.key.clone(),
+        value: encode(&record),
+        written: Written::Quarantined {
             reason,
-        }
-        .emit();
+            record: Box::new(record),
+        },
     }
-    finished
 }

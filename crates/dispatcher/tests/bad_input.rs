@@ -204,13 +204,22 @@ async fn a_failed_quarantine_write_holds_the_offset_and_nothing_behind_it() {
     let env = Env::new("dispatch-quarantine-fails", 1).await;
     let sub = env.subscription("sub-qf", "acme", "/ok", "one");
     env.put(&sub).await;
-    // The broker refuses every quarantine write until the limit is raised.
-    set_max_message_bytes(env.topics.quarantine(), "16").await;
+    // The broker refuses the quarantine write (a record over the topic's
+    // max.message.bytes, with room for transaction markers) until the limit is
+    // raised.
+    set_max_message_bytes(env.topics.quarantine(), "1024").await;
     let topic = env.topics.deliveries().to_owned();
     let first = delivery(&sub, 0);
     let second = delivery(&sub, 1);
     send_raw(&env, &topic, Some(b"acme"), Some(&encode(&first)), None).await;
-    let garbage = send_raw(&env, &topic, Some(b"acme"), Some(b"garbage"), None).await;
+    let garbage = send_raw(
+        &env,
+        &topic,
+        Some(b"acme"),
+        Some(&incompressible(4096)),
+        None,
+    )
+    .await;
     send_raw(&env, &topic, Some(b"acme"), Some(&encode(&second)), None).await;
 
     let running = env.start(&[]);
@@ -222,7 +231,8 @@ async fn a_failed_quarantine_write_holds_the_offset_and_nothing_behind_it() {
         arrived,
         "the deliveries around the bad record were not held up"
     );
-    // Well past the auto-commit interval: the commit stops at the bad record.
+    // Well past the commit interval and a few retries of the failing
+    // transaction: the committed offset stops at the bad record.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let (committed, high) = kafka::group_progress(&env.group, &topic).await.unwrap();
     assert_eq!(
@@ -255,4 +265,19 @@ async fn a_failed_quarantine_write_holds_the_offset_and_nothing_behind_it() {
     );
     assert_eq!(quarantined[0].reason, "not_avro");
     assert_eq!(env.receiver.count(), 2, "each good delivery once");
+}
+
+/// `len` bytes that compression does not shrink (xorshift), not Avro.
+fn incompressible(len: usize) -> Vec<u8> {
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut bytes: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    bytes[0] = b'x';
+    bytes
 }

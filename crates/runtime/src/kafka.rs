@@ -15,6 +15,7 @@ use rdkafka::{
 };
 
 mod rebalance;
+pub mod txn;
 
 pub use rebalance::{cooperative_rebalance, manual_commit_consumer, partitions, RevokeRecorder};
 

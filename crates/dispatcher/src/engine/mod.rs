@@ -1,21 +1,24 @@
 //! The delivery engine's adapter: it feeds the decision machine (`machine/`)
 //! what Kafka and the attempt tasks report, and carries out what it decides —
-//! spawning attempts and quarantine writes, pausing, resuming and rewinding
-//! partitions through their consumer, storing and committing offsets.
+//! spawning attempts, pausing, resuming and rewinding partitions through their
+//! consumer, and committing follow-ups with offsets in transactions.
 //!
 //! Guarantees (the decisions themselves are the machine's; see there):
-//! - at least once: an offset is stored only from the watermark (`offsets.rs`),
-//!   which passes a record only once its outcome is durable;
+//! - at least once to endpoints, exactly once inside Kafka: an offset is
+//!   committed only from the watermark (`offsets.rs`), in a transaction with
+//!   the follow-ups (retries, dead letters, quarantined records) of the
+//!   records below it (`commit.rs`);
 //! - one loop: every decision is made on this task, in the order events arrive;
 //!   the pollers only fetch and carry out rewinds (`consumer.rs`);
 //! - revoke and shutdown: queued records are dropped (not attempted), in-flight
-//!   attempts get the request timeout to finish, then the watermark is stored
-//!   and committed; whatever did not finish stays unfinished and is re-attempted
+//!   attempts get the request timeout to finish, then what is pending is
+//!   committed; whatever did not finish stays unfinished and is re-attempted
 //!   (`rebalance.rs`);
 //! - a due head or a rate-limited lane is woken by one timer arm in the loop,
 //!   not a task per partition; the pollers keep polling meanwhile, so the group
 //!   session stays alive.
 
+mod commit;
 mod gauges;
 mod rebalance;
 
@@ -24,7 +27,10 @@ use std::{collections::HashMap, sync::Arc, time::Duration, time::SystemTime};
 use hookline_core::{LaneLimits, LaneSettings};
 use hookline_envelope::{Delivery, Unusable};
 use hookline_runtime::{
-    group_watch::HeldPartitions, health::Health, kafka, subscriptions::Subscriptions,
+    group_watch::HeldPartitions,
+    health::Health,
+    kafka::{self, txn::Transactor},
+    subscriptions::Subscriptions,
 };
 use rdkafka::{
     consumer::Consumer,
@@ -39,7 +45,8 @@ use tokio_util::sync::CancellationToken;
 
 pub(crate) use crate::part::Input;
 use crate::{
-    attempt::{self, AttemptContext, Finished, Target},
+    attempt::{self, AttemptContext, Ended, Finished, Target},
+    config::CommitSettings,
     consumer::{Command, Consumers, FromKafka},
     events,
     machine::{Action, Directory, GateAction, Intake, Machine, Note},
@@ -83,7 +90,6 @@ impl Directory for Subs<'_> {
 #[derive(Debug)]
 struct Task {
     abort: AbortHandle,
-    cancel: CancellationToken,
 }
 
 pub(crate) struct Engine {
@@ -98,7 +104,7 @@ pub(crate) struct Engine {
     health: Health,
     request_timeout: Duration,
     shutdown_grace: Duration,
-    tasks: JoinSet<(Key, Finished)>,
+    tasks: JoinSet<(Key, Ended)>,
     task_keys: HashMap<Id, Key>,
     running: HashMap<Key, Task>,
     /// Per input: its consumer's rebalance epoch as last reported.
@@ -107,6 +113,7 @@ pub(crate) struct Engine {
     commands: Vec<std::sync::mpsc::Sender<Command>>,
     /// Per input: the partitions paused on purpose, for its consumer's watch.
     on_purpose: Vec<HeldPartitions>,
+    commits: commit::Commits,
     ticks: u32,
 }
 
@@ -133,6 +140,8 @@ pub(crate) struct Parts {
     pub max_payload_bytes: usize,
     pub commands: Vec<std::sync::mpsc::Sender<Command>>,
     pub on_purpose: Vec<HeldPartitions>,
+    pub transactor: Transactor,
+    pub commits: CommitSettings,
 }
 
 impl Engine {
@@ -153,15 +162,21 @@ impl Engine {
             running: HashMap::new(),
             commands: p.commands,
             on_purpose: p.on_purpose,
+            commits: commit::Commits::new(p.transactor, &p.commits),
             ticks: 0,
         })
     }
 
-    /// Runs until `shutdown`, then drains.
-    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
+    /// Runs until `shutdown`, then drains. Fails only when the transactional
+    /// producer is lost for good (nothing more could be committed).
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) -> Result<(), DispatcherError> {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            self.maybe_commit(false);
+            if self.commits.lost() {
+                break;
+            }
             self.machine
                 .start_ready(SystemTime::now(), &Subs(&self.subs));
             self.act();
@@ -170,20 +185,31 @@ impl Engine {
                 let wait = at.duration_since(SystemTime::now()).unwrap_or_default();
                 tokio::time::Instant::now() + wait + WAKE_SLACK
             });
+            let commit_wakeup = self.commits.wakeup();
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => break,
+                done = self.commits.done(), if self.commits.in_flight() => self.on_committed(done),
                 _ = sleep_until_some(wakeup), if wakeup.is_some() => self.machine.on_due(SystemTime::now()),
                 Some(done) = self.tasks.join_next_with_id(), if !self.tasks.is_empty() => self.on_done(done),
                 event = self.events.recv() => match event {
                     Some(event) => self.on_event(event).await,
                     None => break,
                 },
+                _ = sleep_until_some(commit_wakeup), if commit_wakeup.is_some() => {}
                 _ = tick.tick() => self.on_tick(),
             }
             self.act();
         }
+        let lost = self.commits.lost();
         self.drain().await;
+        if lost {
+            return Err(DispatcherError::Kafka {
+                context: "committing: the transactional producer could not be re-created",
+                source: rdkafka::error::KafkaError::Canceled,
+            });
+        }
+        Ok(())
     }
 
     async fn on_event(&mut self, event: FromKafka) {
@@ -241,8 +267,8 @@ impl Engine {
         }
     }
 
-    /// Writes a record that is not a `Delivery` to the quarantine topic in a
-    /// task; the machine finishes its offset when the write is acknowledged.
+    /// Hands a record that is not a `Delivery` to the next transaction, for the
+    /// quarantine topic; the machine finishes its offset in that transaction.
     fn quarantine(&mut self, part: Part, msg: &OwnedMessage, unusable: &Unusable) {
         let offset = msg.offset();
         let record = unusable.quarantine(
@@ -258,23 +284,19 @@ impl Engine {
             detail = %record.detail,
             "quarantining a record that is not a Delivery"
         );
-        let ctx = Arc::clone(&self.ctx);
-        let reason = unusable.reason;
-        self.spawn((part, offset), move |token| async move {
-            quarantine::run(ctx, record, reason, token).await
-        });
+        let topic = self.ctx.topics.quarantine();
+        self.commits.defer(quarantine::handoff(
+            (part, offset),
+            topic,
+            record,
+            unusable.reason,
+        ));
     }
 
-    fn spawn<F, Fut>(&mut self, key: Key, work: F)
-    where
-        F: FnOnce(CancellationToken) -> Fut,
-        Fut: std::future::Future<Output = Finished> + Send + 'static,
-    {
-        let cancel = CancellationToken::new();
-        let work = work(cancel.clone());
+    fn spawn(&mut self, key: Key, work: impl std::future::Future<Output = Ended> + Send + 'static) {
         let abort = self.tasks.spawn(async move { (key, work.await) });
         self.task_keys.insert(abort.id(), key);
-        self.running.insert(key, Task { abort, cancel });
+        self.running.insert(key, Task { abort });
     }
 
     /// Carries out what the machine decided, and counts and logs its notes.
@@ -299,9 +321,7 @@ impl Engine {
                     refusal,
                 } => {
                     let ctx = Arc::clone(&self.ctx);
-                    self.spawn(key, move |token| {
-                        attempt::run(ctx, *delivery, target, refusal, token)
-                    });
+                    self.spawn(key, attempt::run(ctx, key, *delivery, target, refusal));
                 }
             }
         }
@@ -352,12 +372,17 @@ impl Engine {
         }
     }
 
-    fn on_done(&mut self, done: Result<(Id, (Key, Finished)), JoinError>) {
+    fn on_done(&mut self, done: Result<(Id, (Key, Ended)), JoinError>) {
         match done {
-            Ok((id, (key, finished))) => {
+            Ok((id, (key, ended))) => {
                 self.task_keys.remove(&id);
                 self.running.remove(&key);
-                self.machine.complete(key, finished);
+                match ended {
+                    Ended::Done => self.machine.complete(key, Finished::Durable),
+                    Ended::Abandoned => self.machine.complete(key, Finished::Abandoned),
+                    // Finished when it goes into a transaction (`commit.rs`).
+                    Ended::Handoff(handoff) => self.commits.defer(*handoff),
+                }
             }
             Err(e) => {
                 let Some(key) = self.task_keys.remove(&e.id()) else {
@@ -376,23 +401,12 @@ impl Engine {
 
     fn on_tick(&mut self) {
         self.health.beat(LOOP);
-        self.store(None);
         self.machine.on_tick();
         self.ticks += 1;
         if self.ticks % GAUGE_TICKS == 0 {
             self.gauges();
             self.publish_held();
         }
-    }
-
-    /// Stores the watermarks of `only` (every partition when `None`).
-    fn store(&mut self, only: Option<&[Part]>) {
-        let topics = &self.topics;
-        self.machine.offsets_mut().store(
-            &self.consumers,
-            |p| topics[usize::from(p.input)].clone(),
-            only,
-        );
     }
 }
 

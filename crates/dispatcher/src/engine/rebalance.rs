@@ -1,51 +1,54 @@
 //! Handing partitions over (revoke) and shutting down (drain): in-flight work
-//! gets the request timeout to finish, then the watermark is stored and
-//! committed; what did not finish stays unfinished and is re-attempted by
-//! whoever reads it next.
+//! gets the request timeout to finish, then everything pending is committed
+//! (follow-ups with offsets, `commit.rs`); what did not finish stays
+//! unfinished and is re-attempted by whoever reads it next.
+
+use tokio::time::Instant;
 
 use crate::{
-    config::DRAIN_SLACK,
+    config::{DRAIN_SLACK, REVOKE_COMMIT_SLACK},
     consumer::TopicPartition,
-    offsets,
     part::{Key, Part},
 };
 
 use super::{Engine, LOOP};
 
+/// What of the commit slack the engine leaves the rebalance callback, so its
+/// confirmation arrives before the callback stops waiting.
+const CONFIRM_MARGIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Engine {
     /// Hands partitions of `input`'s consumer over: drop their queued records,
-    /// give their in-flight attempts the request timeout, store and commit,
-    /// forget them.
-    pub(super) async fn revoke(&mut self, input: u16, revoked: &[TopicPartition]) {
+    /// give their in-flight attempts the request timeout, commit what is
+    /// pending, forget them.
+    pub(super) async fn revoke(&mut self, _input: u16, revoked: &[TopicPartition]) {
         let parts: Vec<Part> = revoked
             .iter()
             .filter_map(|(t, p)| self.machine.part(t, *p))
             .collect();
         let dropped = self.machine.revoke(&parts);
-        let deadline = tokio::time::Instant::now() + self.request_timeout + DRAIN_SLACK;
+        let deadline = Instant::now() + self.request_timeout + DRAIN_SLACK;
         let in_flight = self.wait_for(|k| parts.contains(&k.0), deadline).await;
+        let committed = self
+            .flush(deadline + REVOKE_COMMIT_SLACK - CONFIRM_MARGIN)
+            .await;
         let abandoned = self.abandon(|k| parts.contains(&k.0));
-        self.store(Some(&parts));
-        offsets::commit_now(&self.consumers[usize::from(input)..=usize::from(input)]).await;
         self.machine.forget(&parts);
         tracing::info!(
             partitions = parts.len(),
             dropped,
             finished_in_flight = in_flight,
             abandoned,
+            committed,
             "revoked partitions handed over"
         );
     }
 
-    /// Processes completions until no running work matches `which` or the
+    /// Processes completions until no attempt task matches `which` or the
     /// deadline; returns how many matching tasks completed.
-    async fn wait_for(
-        &mut self,
-        which: impl Fn(&Key) -> bool,
-        deadline: tokio::time::Instant,
-    ) -> usize {
+    async fn wait_for(&mut self, which: impl Fn(&Key) -> bool, deadline: Instant) -> usize {
         let mut completed = 0;
-        while self.machine.is_running(&which) {
+        while self.running.keys().any(&which) {
             tokio::select! {
                 Some(done) = self.tasks.join_next_with_id() => {
                     let key = match &done {
@@ -64,33 +67,34 @@ impl Engine {
         completed
     }
 
-    /// Cancels and aborts matching work; its offsets stay unfinished.
+    /// Gives up on work matching `which`: attempt tasks are aborted, hand-offs
+    /// not committed are forgotten; their offsets stay unfinished.
     fn abandon(&mut self, which: impl Fn(&Key) -> bool) -> usize {
-        let keys = self.machine.abandon(which);
+        let keys = self.machine.abandon(&which);
         for key in &keys {
             if let Some(task) = self.running.remove(key) {
-                task.cancel.cancel();
                 task.abort.abort();
                 self.task_keys.remove(&task.abort.id());
             }
         }
+        self.commits.forget(&which);
         self.act();
         keys.len()
     }
 
     /// Shutdown: stop taking work, let in-flight attempts finish within the
-    /// request timeout (and the shutdown grace), store and commit.
+    /// request timeout (and the shutdown grace), commit what is pending.
     pub(super) async fn drain(mut self) {
         self.machine.drop_queued();
         let budget = (self.request_timeout + DRAIN_SLACK).min(self.shutdown_grace);
-        let in_flight = self.machine.running();
+        let in_flight = self.running.len();
         tracing::info!(in_flight, ?budget, "draining");
-        let deadline = tokio::time::Instant::now() + budget;
+        let deadline = Instant::now() + budget;
         self.wait_for(|_| true, deadline).await;
+        let committed = self.flush(deadline + REVOKE_COMMIT_SLACK).await;
+        self.stop_commits();
         let abandoned = self.abandon(|_| true);
-        self.store(None);
-        offsets::commit_now(&self.consumers).await;
         self.health.forget(LOOP);
-        tracing::info!(abandoned, "drained; offsets committed");
+        tracing::info!(abandoned, committed, "drained");
     }
 }

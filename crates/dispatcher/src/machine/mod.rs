@@ -409,7 +409,13 @@ impl Machine {
         dropped
     }
 
+    /// Whether `part` is assigned (and not revoked).
+    pub(crate) fn is_assigned(&self, part: Part) -> bool {
+        self.gate.is_assigned(part)
+    }
+
     /// Whether work matching `which` is running.
+    #[cfg(test)]
     pub(crate) fn is_running(&self, which: impl Fn(&Key) -> bool) -> bool {
         self.running.keys().any(which)
     }
@@ -419,10 +425,6 @@ impl Machine {
             .values()
             .filter(|r| matches!(r, Running::Attempt { .. }))
             .count()
-    }
-
-    pub(crate) fn running(&self) -> usize {
-        self.running.len()
     }
 
     /// Gives up on running work matching `which`: its offsets stay unfinished

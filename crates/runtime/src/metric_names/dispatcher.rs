@@ -20,11 +20,17 @@ pub const DISPATCHER_OLDEST_READY_AGE: &str = "hookline_dispatcher_oldest_ready_
 pub const DISPATCHER_CANCELLED: &str = "hookline_dispatcher_cancelled_total";
 /// Attempts refused by the egress policy.
 pub const DISPATCHER_EGRESS_DENIED: &str = "hookline_dispatcher_egress_denied_total";
-/// Follow-up records (retry, dead letter, quarantined record) whose produce
-/// failed and is retried.
+/// Follow-up records (retry, dead letter, quarantined record) whose
+/// transaction failed; they go into the next one.
 pub const DISPATCHER_FOLLOW_UP_ERRORS: &str = "hookline_dispatcher_follow_up_errors_total";
+/// Transactions of follow-ups and offsets, by `outcome` (`committed`,
+/// `aborted`, `fenced`).
+pub const DISPATCHER_TRANSACTIONS: &str = "hookline_dispatcher_transactions_total";
+/// How long a transaction took, by `outcome`.
+pub const DISPATCHER_TRANSACTION_DURATION: &str =
+    "hookline_dispatcher_transaction_duration_seconds";
 /// Error events of the dispatcher that have no counter of their own, by `kind`
-/// (a fixed set: `commit_failed`, `offset_store_failed`, `watermark_refused`,
+/// (a fixed set: `commit_failed`, `watermark_refused`,
 /// `attempt_panicked`, `consumer_error`, `pause_failed`, `no_retry_tier`,
 /// `secret_unavailable`, ...; see the dispatcher's `events` module). Each is also
 /// logged; a steady rate of any kind is worth a look.
@@ -112,7 +118,16 @@ pub(super) fn describe() {
     );
     metrics::describe_counter!(
         DISPATCHER_FOLLOW_UP_ERRORS,
-        "Failed produces of retry, dead-letter or quarantined records (retried)."
+        "Retry, dead-letter or quarantined records whose transaction failed (they go into the next)."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_TRANSACTIONS,
+        "Transactions of follow-ups and offsets, by outcome."
+    );
+    metrics::describe_histogram!(
+        DISPATCHER_TRANSACTION_DURATION,
+        metrics::Unit::Seconds,
+        "Duration of a transaction of follow-ups and offsets, by outcome."
     );
     metrics::describe_counter!(
         DISPATCHER_QUARANTINED,

@@ -1,0 +1,260 @@
+//! A transactional producer for consume-transform-produce: records and the
+//! consumed offsets of one or more group consumers commit atomically, so a
+//! `read_committed` reader sees each record exactly once and a crash or a
+//! zombie (fenced by its group generation, KIP-447) never doubles one.
+//!
+//! The caller keeps its batch in memory: a transaction that fails is aborted
+//! (or the producer re-created, which fences the old one under the same
+//! transactional id) and the batch goes into the next transaction. Timeouts of
+//! the blocking calls (a broker restarting) are resumed as librdkafka asks,
+//! not aborted mid-commit.
+
+use std::time::Duration;
+
+use rdkafka::{
+    consumer::ConsumerGroupMetadata,
+    error::{KafkaError, KafkaResult},
+    producer::{FutureProducer, FutureRecord, Producer},
+    types::RDKafkaErrorCode,
+    TopicPartitionList,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{config::CommonArgs, RuntimeError};
+
+/// Times a retriable transactional call (a timeout) is resumed before the
+/// producer is given up and re-created.
+const RETRIABLE_TRIES: u32 = 10;
+
+/// How a transaction failed.
+#[derive(Debug)]
+pub enum TxnError {
+    /// Abort and go on with a new transaction.
+    Abortable(KafkaError),
+    /// The producer is unusable (fenced or fatal): re-create it.
+    Fatal(KafkaError),
+}
+
+impl std::fmt::Display for TxnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Abortable(e) => write!(f, "abortable: {e}"),
+            Self::Fatal(e) => write!(f, "fatal: {e}"),
+        }
+    }
+}
+
+/// What [`Transactor::new`] configures.
+#[derive(Debug, Clone)]
+pub struct TxnSpec {
+    /// `client.id`.
+    pub client_id: &'static str,
+    /// `transactional.id`: stable per replica, so a restarted replica fences its
+    /// predecessor and aborts its open transaction at once.
+    pub transactional_id: String,
+    /// `transaction.timeout.ms`: how long a crashed replica's open transaction
+    /// (under an id no successor reuses) holds back `read_committed` readers.
+    pub transaction_timeout: Duration,
+    /// Timeout of one blocking call (init, offsets, commit, abort).
+    pub call_timeout: Duration,
+    /// `linger.ms`.
+    pub linger: Duration,
+}
+
+/// One consumer's offsets for a transaction, with its group metadata taken
+/// when the transaction is committed (its current generation).
+pub type GroupOffsets = (TopicPartitionList, ConsumerGroupMetadata);
+
+/// A transactional producer, re-created when fenced.
+pub struct Transactor {
+    common: CommonArgs,
+    spec: TxnSpec,
+    producer: FutureProducer,
+}
+
+impl std::fmt::Debug for Transactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transactor")
+            .field("transactional_id", &self.spec.transactional_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Transactor {
+    /// Creates the producer and initialises its transactions (fencing any
+    /// earlier producer with the same transactional id).
+    pub async fn new(common: &CommonArgs, spec: TxnSpec) -> Result<Self, RuntimeError> {
+        let producer = create(common, &spec).await?;
+        Ok(Self {
+            common: common.clone(),
+            spec,
+            producer,
+        })
+    }
+
+    /// The transactional id.
+    pub fn transactional_id(&self) -> &str {
+        &self.spec.transactional_id
+    }
+
+    /// Opens a transaction.
+    pub fn begin(&self) -> Result<(), TxnError> {
+        self.producer.begin_transaction().map_err(classify)
+    }
+
+    /// Enqueues one record in the open transaction, waiting while the producer
+    /// queue is full. The commit flushes and fails if any send failed, so the
+    /// delivery report need not be awaited.
+    pub async fn send(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<(), TxnError> {
+        loop {
+            let mut record = FutureRecord::<[u8], [u8]>::to(topic).payload(value);
+            if let Some(key) = key {
+                record = record.key(key);
+            }
+            match self.producer.send_result(record) {
+                Ok(_report) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(classify(e)),
+            }
+        }
+    }
+
+    /// Adds each consumer's offsets to the open transaction and commits it.
+    pub async fn commit(&self, offsets: Vec<GroupOffsets>) -> Result<(), TxnError> {
+        let producer = self.producer.clone();
+        let timeout = self.spec.call_timeout;
+        tokio::task::spawn_blocking(move || {
+            for (tpl, group) in &offsets {
+                if tpl.count() > 0 {
+                    retrying(|| producer.send_offsets_to_transaction(tpl, group, timeout))?;
+                }
+            }
+            retrying(|| producer.commit_transaction(timeout))
+        })
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "commit task failed");
+            TxnError::Fatal(KafkaError::Canceled)
+        })?
+        .map_err(classify)
+    }
+
+    /// After a failed transaction: aborts it, or re-creates the producer when
+    /// it cannot (or the error was fatal). Retries the re-creation while the
+    /// broker is unreachable; gives up only when `stop` is cancelled.
+    pub async fn recover(
+        &mut self,
+        error: &TxnError,
+        stop: &CancellationToken,
+    ) -> Result<(), RuntimeError> {
+        if matches!(error, TxnError::Abortable(_)) && self.abort().await {
+            return Ok(());
+        }
+        loop {
+            match create(&self.common, &self.spec).await {
+                Ok(producer) => {
+                    self.producer = producer;
+                    return Ok(());
+                }
+                Err(error) if !stop.is_cancelled() => {
+                    tracing::warn!(%error, "could not re-create the transactional producer; retrying");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Aborts the open transaction; false if the producer could not.
+    async fn abort(&self) -> bool {
+        let producer = self.producer.clone();
+        let timeout = self.spec.call_timeout;
+        match tokio::task::spawn_blocking(move || retrying(|| producer.abort_transaction(timeout)))
+            .await
+        {
+            Ok(Ok(())) => true,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "abort_transaction failed; re-creating the producer");
+                false
+            }
+            Err(error) => {
+                tracing::warn!(%error, "abort task failed; re-creating the producer");
+                false
+            }
+        }
+    }
+}
+
+async fn create(common: &CommonArgs, spec: &TxnSpec) -> Result<FutureProducer, RuntimeError> {
+    let producer: FutureProducer = super::client_config(common, spec.client_id)?
+        .set("transactional.id", &spec.transactional_id)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", spec.linger.as_millis().to_string())
+        .set("compression.type", "lz4")
+        .set(
+            "transaction.timeout.ms",
+            spec.transaction_timeout.as_millis().to_string(),
+        )
+        .create()
+        .map_err(|e| RuntimeError::kafka("creating the transactional producer", e))?;
+    let timeout = spec.call_timeout;
+    let p = producer.clone();
+    tokio::task::spawn_blocking(move || p.init_transactions(timeout))
+        .await
+        .map_err(|e| {
+            RuntimeError::kafka(
+                format!("initialising transactions ({e})"),
+                KafkaError::Canceled,
+            )
+        })?
+        .map_err(|e| RuntimeError::kafka("initialising transactions", e))?;
+    tracing::info!(transactional_id = %spec.transactional_id, "transactional producer ready");
+    Ok(producer)
+}
+
+/// The default transactional id of a stage's replica: `hookline-<stage>-` and
+/// `$HOSTNAME` (a pod's name), else the process id.
+pub fn default_transactional_id(stage: &str) -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| format!("pid-{}", std::process::id()));
+    format!("hookline-{stage}-{host}")
+}
+
+/// Runs a blocking transactional call, repeating it while librdkafka says the
+/// error is retriable (a timeout: the call is resumed, not restarted).
+pub fn retrying(mut call: impl FnMut() -> KafkaResult<()>) -> KafkaResult<()> {
+    let mut tries = 1;
+    loop {
+        match call() {
+            Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < RETRIABLE_TRIES => {
+                tracing::warn!(error = %e, tries, "transactional call timed out; resuming it");
+                tries += 1;
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Abortable only when librdkafka says so (or the error is not a
+/// transactional one); a fatal error, a call still retriable after
+/// `RETRIABLE_TRIES`, or any other state error leaves the producer in a state
+/// only a new one (which fences it) gets out of.
+pub fn classify(e: KafkaError) -> TxnError {
+    match &e {
+        KafkaError::Transaction(rd) if rd.is_fatal() => TxnError::Fatal(e),
+        KafkaError::Transaction(rd) if rd.txn_requires_abort() => TxnError::Abortable(e),
+        KafkaError::Transaction(_) => TxnError::Fatal(e),
+        _ => TxnError::Abortable(e),
+    }
+}
