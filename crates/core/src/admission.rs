@@ -28,10 +28,11 @@ use std::{
     time::Duration,
 };
 
-/// A fixed-size hash of an event's (tenant_id, event_id); the caller hashes (the
-/// key strings are never stored).
+/// A fixed-size, 128-bit hash of an event's (tenant_id, event_id); the caller
+/// hashes (the key strings are never stored). Two `u64`s rather than a `u128`:
+/// 8-byte alignment keeps the time index's entries at 24 bytes instead of 32.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct KeyHash(pub u128);
+pub struct KeyHash(pub [u64; 2]);
 
 /// A fixed-size hash of everything a delivery of the event carries besides its ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

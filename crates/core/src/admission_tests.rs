@@ -7,7 +7,7 @@ const SAME: Admission = Admission::Duplicate(PayloadMatch::Same);
 const CHANGED: Admission = Admission::Duplicate(PayloadMatch::Changed);
 
 fn k(n: u128) -> KeyHash {
-    KeyHash(n)
+    KeyHash([n as u64, (n >> 64) as u64])
 }
 
 fn fp(n: u64) -> Fingerprint {

@@ -102,13 +102,14 @@ pub fn admission_key(event: &DomainEvent) -> (KeyHash, Fingerprint) {
         field(&mut print, value.as_bytes());
     }
     let print = print.finalize();
-    let mut k = [0u8; 16];
-    k.copy_from_slice(&key[..16]);
-    let mut f = [0u8; 8];
-    f.copy_from_slice(&print[..8]);
+    let word = |bytes: &[u8], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
     (
-        KeyHash(u128::from_le_bytes(k)),
-        Fingerprint(u64::from_le_bytes(f)),
+        KeyHash([word(&key, 0), word(&key, 8)]),
+        Fingerprint(word(&print, 0)),
     )
 }
 
