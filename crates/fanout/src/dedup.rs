@@ -8,7 +8,8 @@
 //! the rebuild's start rides in the committed offset's metadata, written in the
 //! same transaction as the offset ([`commit_metadata`]); without it (first run,
 //! an older release, the window just turned on) the rebuild starts one window
-//! before now, which is exact whenever record timestamps are close to wall time.
+//! before now: exact when the records after the commit carry timestamps close
+//! to now, approximate otherwise.
 
 use std::{
     collections::HashMap,
