@@ -1,8 +1,9 @@
 //! Pure decisions of hookline: classification, retry ladder, due scheduling,
-//! offset watermarks, fair lanes with rate limits and subscription matching. No
-//! I/O and no clock reads: `now` and jitter are arguments, so every decision is
-//! exactly testable.
+//! offset watermarks, the duplicate-admission window, fair lanes with rate
+//! limits and subscription matching. No I/O and no clock reads: `now` and
+//! jitter are arguments, so every decision is exactly testable.
 
+pub mod admission;
 pub mod classify;
 pub mod due;
 pub mod egress;
@@ -14,6 +15,7 @@ pub mod rate;
 pub mod stall;
 pub mod watermark;
 
+pub use admission::{Admission, AdmissionWindow, Fingerprint, KeyHash, Observed, PayloadMatch};
 pub use classify::{
     classify, parse_retry_after, status_class, AttemptResult, Classification, DeadLetterReason,
     FailureKind, Outcome, RejectReason, StatusClass, Verdict, MAX_RETRY_AFTER, OUTCOMES,

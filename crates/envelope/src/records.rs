@@ -216,20 +216,24 @@ pub enum QuarantineReason {
     BadDatum,
     /// Larger than the configured maximum.
     PayloadTooLarge,
+    /// An `event_id` fanout already saw within its duplicate-admission window, with
+    /// another payload: kept here instead of being dropped as a duplicate.
+    DuplicateChangedPayload,
 }
 
 impl QuarantineReason {
     /// Every reason, for metric pre-registration and tests.
-    pub const ALL: [QuarantineReason; 5] = [
+    pub const ALL: [QuarantineReason; 6] = [
         Self::NotAvro,
         Self::UnknownFingerprint,
         Self::WrongRecord,
         Self::BadDatum,
         Self::PayloadTooLarge,
+        Self::DuplicateChangedPayload,
     ];
 
     /// The wire and label form: `not_avro`, `unknown_fingerprint`, `wrong_record`,
-    /// `bad_datum`, `payload_too_large`.
+    /// `bad_datum`, `payload_too_large`, `duplicate_changed_payload`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::NotAvro => "not_avro",
@@ -237,6 +241,7 @@ impl QuarantineReason {
             Self::WrongRecord => "wrong_record",
             Self::BadDatum => "bad_datum",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::DuplicateChangedPayload => "duplicate_changed_payload",
         }
     }
 }
@@ -289,7 +294,8 @@ mod tests {
                 "unknown_fingerprint",
                 "wrong_record",
                 "bad_datum",
-                "payload_too_large"
+                "payload_too_large",
+                "duplicate_changed_payload"
             ]
         );
     }

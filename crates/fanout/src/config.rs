@@ -54,9 +54,29 @@ pub struct FanoutArgs {
     #[arg(long, env = "HOOKLINE_FANOUT_TXN_TIMEOUT", default_value = "30s",
           value_parser = parse_duration)]
     pub txn_timeout: Duration,
+
+    /// Duplicate-admission window, in Kafka record time per `events` partition:
+    /// an event whose (tenant_id, event_id) appeared on its partition this
+    /// recently fans out to nothing (a changed payload is quarantined). `0`
+    /// turns it off. Keep `events` retention well above it: the window is
+    /// rebuilt from the partition's records on assignment.
+    #[arg(long, env = "HOOKLINE_DEDUP_WINDOW", default_value = "5m",
+          value_parser = parse_duration)]
+    pub dedup_window: Duration,
+
+    /// Most keys the window holds per assigned partition; beyond it the oldest
+    /// are evicted early (counted), which shortens the window for them.
+    #[arg(long, env = "HOOKLINE_DEDUP_MAX_KEYS", default_value_t = 1_000_000,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub dedup_max_keys: u64,
 }
 
 impl FanoutArgs {
+    /// The duplicate-admission window, or `None` when `--dedup-window 0` turned it off.
+    pub fn dedup(&self) -> Option<Duration> {
+        (!self.dedup_window.is_zero()).then_some(self.dedup_window)
+    }
+
     /// The transactional id to use.
     pub fn transactional_id(&self) -> String {
         self.transactional_id.clone().unwrap_or_else(|| {

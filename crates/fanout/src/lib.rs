@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod config;
+mod dedup;
 mod metrics;
 mod service;
 pub mod transform;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use hookline_core::admission::PayloadMatch;
 use hookline_runtime::metric_names::{self as m, label};
 
 /// Counts of one committed transaction.
@@ -11,6 +12,14 @@ pub(crate) struct TxnCounts {
     pub produced: usize,
     pub unmatched: usize,
     pub quarantined: Vec<String>,
+    /// Duplicates within the admission window: same payload, changed payload.
+    pub duplicates: [usize; 2],
+}
+
+impl TxnCounts {
+    pub(crate) fn duplicate(&mut self, payload: PayloadMatch) {
+        self.duplicates[payload as usize] += 1;
+    }
 }
 
 /// Zeroes the labelled series so dashboards show them before the first event.
@@ -19,6 +28,14 @@ pub(crate) fn describe() {
         metrics::counter!(m::FANOUT_EVENTS_QUARANTINED, label::REASON => reason.as_str())
             .absolute(0);
     }
+    for payload in PayloadMatch::ALL {
+        metrics::counter!(m::FANOUT_DUPLICATES, label::PAYLOAD => payload.as_str()).absolute(0);
+    }
+    metrics::counter!(m::FANOUT_DEDUP_EVICTED_EARLY).absolute(0);
+    for outcome in ["done", "failed"] {
+        metrics::counter!(m::FANOUT_DEDUP_REBUILDS, label::OUTCOME => outcome).absolute(0);
+    }
+    metrics::counter!(m::FANOUT_DEDUP_REBUILD_RECORDS).absolute(0);
 }
 
 /// Records a committed transaction's counts (never an aborted one's).
@@ -29,6 +46,38 @@ pub(crate) fn committed(counts: &TxnCounts) {
     for reason in &counts.quarantined {
         metrics::counter!(m::FANOUT_EVENTS_QUARANTINED, label::REASON => reason.clone())
             .increment(1);
+    }
+    for payload in PayloadMatch::ALL {
+        metrics::counter!(m::FANOUT_DUPLICATES, label::PAYLOAD => payload.as_str())
+            .increment(counts.duplicates[payload as usize] as u64);
+    }
+}
+
+/// Live keys of an admission window evicted before their time by the cap.
+pub(crate) fn evicted_early(n: usize) {
+    if n > 0 {
+        metrics::counter!(m::FANOUT_DEDUP_EVICTED_EARLY).increment(n as u64);
+    }
+}
+
+/// One rebuild of a partition's admission window: logged and counted.
+pub(crate) fn rebuild(partition: i32, outcome: Result<(u64, i64, i64), &dyn std::fmt::Display>) {
+    match outcome {
+        Ok((records, start, end)) => {
+            tracing::info!(
+                partition,
+                records,
+                start,
+                end,
+                "rebuilt the duplicate-admission window"
+            );
+            metrics::counter!(m::FANOUT_DEDUP_REBUILDS, label::OUTCOME => "done").increment(1);
+            metrics::counter!(m::FANOUT_DEDUP_REBUILD_RECORDS).increment(records);
+        }
+        Err(error) => {
+            tracing::warn!(partition, %error, "rebuilding the duplicate-admission window failed; retrying, the partition waits");
+            metrics::counter!(m::FANOUT_DEDUP_REBUILDS, label::OUTCOME => "failed").increment(1);
+        }
     }
 }
 

@@ -10,6 +10,12 @@
 //! the offsets call (a broker restarting) are retried as librdkafka asks,
 //! rather than aborted mid-commit. A revoked partition's events leave the
 //! batch; its new owner reads them again from the committed offset.
+//!
+//! The duplicate-admission window (`dedup`) of a partition is rebuilt before
+//! its first record is processed; each record is decided once, the first time
+//! its batch is tried, and a retried batch reuses the decisions, so the window
+//! observes every record exactly once. The window's stream time is committed
+//! in the offset's metadata, in the same transaction.
 
 use std::{
     collections::BTreeMap,
@@ -17,7 +23,10 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use hookline_core::epoch;
+use hookline_core::{
+    admission::{Admission, PayloadMatch},
+    epoch,
+};
 use hookline_envelope::{encode, Topics};
 use hookline_runtime::{
     group_watch,
@@ -36,12 +45,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     config::Config,
+    dedup::{self, RebuildSpec, Windows},
     metrics as fm,
-    transform::{fan_out, Output},
+    transform::{fan_out, Duplicate, Output},
     FanoutError, STAGE,
 };
 
 const LOOP: &str = "fanout";
+/// The readiness condition held while a partition's admission window is rebuilt.
+const DEDUP_READY: &str = "dedup_window";
 const IDLE_POLL: Duration = Duration::from_secs(1);
 /// Pause after a failed transaction before the batch is tried again.
 const RETRY_BACKOFF: Duration = Duration::from_millis(500);
@@ -57,12 +69,16 @@ pub(crate) struct FanoutLoop {
     producer: FutureProducer,
     subs: Subscriptions,
     health: Health,
+    /// `None` when `--dedup-window 0`.
+    windows: Option<Windows>,
 }
 
 /// Events of one transaction, with the offsets they span per partition.
 #[derive(Default)]
 struct Batch {
-    messages: Vec<OwnedMessage>,
+    /// Each message with its admission decision, made the first time the batch
+    /// is tried and kept for its retries.
+    messages: Vec<(OwnedMessage, Option<Admission>)>,
     bytes: u64,
     /// (topic, partition) → (first offset, next offset).
     span: BTreeMap<(String, i32), (i64, i64)>,
@@ -77,7 +93,7 @@ impl Batch {
             .and_modify(|(_, next)| *next = offset + 1)
             .or_insert((offset, offset + 1));
         self.bytes += msg.payload().map_or(0, <[u8]>::len) as u64;
-        self.messages.push(msg);
+        self.messages.push((msg, None));
     }
 
     /// Forgets a revoked partition's messages: its new owner reads them again
@@ -85,12 +101,12 @@ impl Batch {
     fn drop_partition(&mut self, topic: &str, partition: i32) -> usize {
         let before = self.messages.len();
         self.messages
-            .retain(|m| !(m.topic() == topic && m.partition() == partition));
+            .retain(|(m, _)| !(m.topic() == topic && m.partition() == partition));
         self.span.remove(&(topic.to_owned(), partition));
         self.bytes = self
             .messages
             .iter()
-            .map(|m| m.payload().map_or(0, <[u8]>::len) as u64)
+            .map(|(m, _)| m.payload().map_or(0, <[u8]>::len) as u64)
             .sum();
         before - self.messages.len()
     }
@@ -120,7 +136,12 @@ impl FanoutLoop {
             &config.fanout.group_id,
         )?;
         let producer = Self::transactional_producer(&config).await?;
+        let windows = config
+            .fanout
+            .dedup()
+            .map(|w| Windows::new(w, config.fanout.dedup_max_keys));
         Ok(Self {
+            windows,
             config,
             topics,
             consumer: Arc::new(consumer),
@@ -190,12 +211,14 @@ impl FanoutLoop {
 
     /// Adds to `batch` (a failed one, or empty) up to `txn_max_events`
     /// events, waiting at most `txn_max_interval` after the first one.
-    async fn collect(&self, stop: &CancellationToken, mut batch: Batch) -> Batch {
+    async fn collect(&mut self, stop: &CancellationToken, mut batch: Batch) -> Batch {
         let max = self.config.fanout.txn_max_events as usize;
         let max_bytes = self.config.fanout.txn_max_bytes;
         let mut deadline: Option<tokio::time::Instant> = (!batch.is_empty())
             .then(|| tokio::time::Instant::now() + self.config.fanout.txn_max_interval);
         self.drop_revoked(&mut batch);
+        // A local handle: a received message borrows it, not `self`.
+        let consumer = Arc::clone(&self.consumer);
         while batch.messages.len() < max && batch.bytes < max_bytes {
             let wait = match deadline {
                 Some(d) => d.saturating_duration_since(tokio::time::Instant::now()),
@@ -203,13 +226,19 @@ impl FanoutLoop {
             };
             let received = tokio::select! {
                 _ = stop.cancelled() => break,
-                r = tokio::time::timeout(wait, self.consumer.recv()) => r,
+                r = tokio::time::timeout(wait, consumer.recv()) => r,
             };
             self.drop_revoked(&mut batch);
             match received {
                 Err(_elapsed) => break,
                 Ok(Ok(msg)) => {
-                    batch.push(msg.detach());
+                    let msg = msg.detach();
+                    // Nothing of a partition is processed before its window is
+                    // in place; on shutdown the record is left for the next owner.
+                    if !self.ensure_window(&msg, stop).await {
+                        break;
+                    }
+                    batch.push(msg);
                     deadline.get_or_insert_with(|| {
                         tokio::time::Instant::now() + self.config.fanout.txn_max_interval
                     });
@@ -223,11 +252,105 @@ impl FanoutLoop {
         batch
     }
 
-    fn drop_revoked(&self, batch: &mut Batch) {
+    fn drop_revoked(&mut self, batch: &mut Batch) {
         for (topic, partition) in self.consumer.context().take_revoked() {
+            if let Some(windows) = &mut self.windows {
+                windows.forget(partition);
+            }
             let dropped = batch.drop_partition(&topic, partition);
             if dropped > 0 {
                 tracing::info!(%topic, partition, dropped, "dropped a revoked partition's uncommitted events");
+            }
+        }
+    }
+
+    /// Makes sure `msg`'s partition has its admission window, rebuilding it from
+    /// the partition's records before `msg` (retried until it works). False only
+    /// if `stop` fired first.
+    async fn ensure_window(&mut self, msg: &OwnedMessage, stop: &CancellationToken) -> bool {
+        let partition = msg.partition();
+        let Some(windows) = &self.windows else {
+            return true;
+        };
+        if windows.has(partition) {
+            return true;
+        }
+        self.health.set_ready(
+            DEDUP_READY,
+            Err(format!(
+                "rebuilding the duplicate-admission window of events partition {partition}"
+            )),
+        );
+        let (window, max_keys) = (windows.window(), windows.max_keys());
+        loop {
+            let outcome = self.rebuild_once(msg, window, max_keys).await;
+            match outcome {
+                Ok(rebuilt) => {
+                    fm::rebuild(
+                        partition,
+                        Ok((rebuilt.records, rebuilt.start, msg.offset())),
+                    );
+                    if let Some(windows) = &mut self.windows {
+                        windows.install(partition, rebuilt.window);
+                    }
+                    self.health.set_ready(DEDUP_READY, Ok(()));
+                    return true;
+                }
+                Err(error) => fm::rebuild(partition, Err(&error)),
+            }
+            self.health.beat(LOOP);
+            tokio::select! {
+                _ = stop.cancelled() => return false,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
+    /// One rebuild attempt: the committed stream time from the offset's metadata
+    /// (else now), then the records from one window before it up to `msg`.
+    async fn rebuild_once(
+        &self,
+        msg: &OwnedMessage,
+        window: Duration,
+        max_keys: usize,
+    ) -> Result<dedup::Rebuilt, FanoutError> {
+        let (topic, partition) = (msg.topic().to_owned(), msg.partition());
+        let consumer = Arc::clone(&self.consumer);
+        let timeout = self.config.fanout.txn_timeout;
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&topic, partition);
+        let committed =
+            tokio::task::spawn_blocking(move || consumer.committed_offsets(tpl, timeout))
+                .await
+                .map_err(|e| FanoutError::Join(e.to_string()))?
+                .map_err(|e| kafka_err("reading the committed offset's metadata", e))?;
+        let committed_stream_time = committed
+            .find_partition(&topic, partition)
+            .and_then(|e| dedup::parse_metadata(e.metadata()));
+        if committed_stream_time.is_none() {
+            tracing::info!(partition, "no stream time committed with the offset; the admission window reaches back from now");
+        }
+        let spec = RebuildSpec {
+            topic,
+            partition,
+            end: msg.offset(),
+            from_stream_time: committed_stream_time
+                .unwrap_or_else(|| epoch::millis(SystemTime::now())),
+            window,
+            max_keys,
+            max_payload_bytes: self.config.fanout.max_payload_bytes,
+        };
+        let common = self.config.common.clone();
+        let mut task = tokio::task::spawn_blocking(move || dedup::rebuild(&common, &spec));
+        // Reading back can take a while; the loop is alive meanwhile.
+        loop {
+            tokio::select! {
+                done = &mut task => {
+                    return done
+                        .map_err(|e| FanoutError::Join(e.to_string()))?
+                        .map_err(FanoutError::Runtime);
+                }
+                _ = tokio::time::sleep(Duration::from_secs(1)) => self.health.beat(LOOP),
             }
         }
     }
@@ -236,11 +359,11 @@ impl FanoutLoop {
     /// producer) and hands the batch back to be tried again.
     async fn commit_batch(
         &mut self,
-        batch: Batch,
+        mut batch: Batch,
         stop: &CancellationToken,
     ) -> Result<Option<Batch>, FanoutError> {
         let started = Instant::now();
-        match self.transact(&batch).await {
+        match self.transact(&mut batch).await {
             Ok(counts) => {
                 fm::transaction("committed", started.elapsed());
                 fm::committed(&counts);
@@ -283,7 +406,7 @@ impl FanoutLoop {
         }
     }
 
-    async fn transact(&self, batch: &Batch) -> Result<fm::TxnCounts, TxnError> {
+    async fn transact(&mut self, batch: &mut Batch) -> Result<fm::TxnCounts, TxnError> {
         let timeout = self.config.fanout.txn_timeout;
         self.producer.begin_transaction().map_err(classify)?;
         let now_ms = epoch::millis(SystemTime::now());
@@ -291,11 +414,18 @@ impl FanoutLoop {
             consumed: batch.messages.len(),
             ..fm::TxnCounts::default()
         };
-        for msg in &batch.messages {
+        for (msg, decided) in &mut batch.messages {
+            let windows = &mut self.windows;
             let output = fan_out(
                 kafka::source_record(msg),
                 || kafka::quarantined_headers(msg),
                 |tenant, ty| self.subs.matching(tenant, ty),
+                |event| {
+                    *decided.get_or_insert_with(|| match windows {
+                        Some(w) => w.admit(msg.partition(), dedup::record_time(msg), event),
+                        None => Admission::Admit,
+                    })
+                },
                 self.config.fanout.max_payload_bytes,
                 now_ms,
             );
@@ -309,6 +439,27 @@ impl FanoutLoop {
                     counts.produced += deliveries.len();
                 }
                 Output::Unmatched => counts.unmatched += 1,
+                Output::Duplicate(Duplicate::Same) => {
+                    tracing::debug!(
+                        partition = msg.partition(),
+                        offset = msg.offset(),
+                        "a duplicate within the admission window; not fanned out again"
+                    );
+                    counts.duplicate(PayloadMatch::Same);
+                }
+                Output::Duplicate(Duplicate::Changed(q)) => {
+                    tracing::warn!(
+                        partition = q.source_partition,
+                        offset = q.source_offset,
+                        detail = %q.detail,
+                        "quarantining a duplicate with another payload"
+                    );
+                    counts.duplicate(PayloadMatch::Changed);
+                    counts.quarantined.push(q.reason.clone());
+                    let key = q.key.clone().unwrap_or_default();
+                    self.send(self.topics.quarantine(), &key, &encode(q.as_ref()))
+                        .await?;
+                }
                 Output::Quarantine(q) => {
                     tracing::warn!(
                         partition = q.source_partition,
@@ -329,6 +480,17 @@ impl FanoutLoop {
             offsets
                 .add_partition_offset(topic, *partition, Offset::Offset(*next))
                 .map_err(TxnError::Abortable)?;
+            // The window's stream time after this partition's last record in the
+            // batch: where its next owner's rebuild reaches back from.
+            let metadata = self
+                .windows
+                .as_ref()
+                .and_then(|w| w.commit_metadata(*partition));
+            if let (Some(metadata), Some(mut elem)) =
+                (metadata, offsets.find_partition(topic, *partition))
+            {
+                elem.set_metadata(metadata);
+            }
         }
         let group = self
             .consumer

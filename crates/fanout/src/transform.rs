@@ -1,12 +1,16 @@
 //! One consumed `events` record in, the records fan-out writes out: one
 //! `Delivery` per enabled, matching subscription of the event's own tenant, or
-//! one `QuarantinedEvent` when the bytes cannot be used. Never panics on input.
+//! one `QuarantinedEvent` when the bytes cannot be used or repeat an event_id
+//! with another payload, or nothing for a same-payload duplicate. Never panics
+//! on input.
 
+use hookline_core::admission::{Admission, Fingerprint, KeyHash, PayloadMatch};
 use hookline_envelope::{
     decode_value, delivery_id, Delivery, DomainEvent, QuarantineReason, QuarantinedEvent,
     QuarantinedHeader, Unusable,
 };
 use hookline_runtime::subscriptions::LiveSubscription;
+use sha2::{Digest, Sha256};
 use std::sync::Arc;
 
 /// A consumed record, borrowed from the Kafka message: the shared
@@ -27,23 +31,29 @@ pub enum Output {
     Unmatched,
     /// The record cannot be used; keep it on the quarantine topic.
     Quarantine(Box<QuarantinedEvent>),
+    /// Its (tenant_id, event_id) appeared within the admission window.
+    Duplicate(Duplicate),
 }
 
-/// Fans one record out against `matching`, which returns the enabled
-/// subscriptions of a tenant that want an event type.
-pub fn fan_out(
-    input: Input<'_>,
-    headers: impl FnOnce() -> Vec<QuarantinedHeader>,
-    matching: impl FnOnce(&str, &str) -> Vec<Arc<LiveSubscription>>,
+/// A duplicate within the admission window.
+#[derive(Debug)]
+pub enum Duplicate {
+    /// The same payload as the previous record of the id: nothing to write.
+    Same,
+    /// Another payload under the same id: kept on the quarantine topic, never dropped.
+    Changed(Box<QuarantinedEvent>),
+}
+
+/// The event a record carries, if fan-out can use it: the one test, shared by
+/// the live loop and the admission window's rebuild, of which records the
+/// window sees.
+pub fn usable_event(
+    value: Option<&[u8]>,
     max_payload_bytes: usize,
-    now_ms: i64,
-) -> Output {
-    let quarantine = |unusable: Unusable| {
-        Output::Quarantine(Box::new(unusable.quarantine(&input, headers(), now_ms)))
-    };
-    if let Some(value) = input.value {
+) -> Result<DomainEvent, Unusable> {
+    if let Some(value) = value {
         if value.len() > max_payload_bytes.saturating_add(ENVELOPE_ALLOWANCE) {
-            return quarantine(Unusable::new(
+            return Err(Unusable::new(
                 QuarantineReason::PayloadTooLarge,
                 format!(
                     "record of {} bytes exceeds the {max_payload_bytes}-byte payload cap",
@@ -52,18 +62,87 @@ pub fn fan_out(
             ));
         }
     }
-    let event: DomainEvent = match decode_value(input.value) {
-        Ok(event) => event,
-        Err(unusable) => return quarantine(unusable),
-    };
+    let event: DomainEvent = decode_value(value)?;
     if event.payload.len() > max_payload_bytes {
-        return quarantine(Unusable::new(
+        return Err(Unusable::new(
             QuarantineReason::PayloadTooLarge,
             format!(
                 "payload of {} bytes exceeds the {max_payload_bytes}-byte cap (--max-payload-bytes)",
                 event.payload.len()
             ),
         ));
+    }
+    Ok(event)
+}
+
+/// The admission window's view of an event: a 128-bit hash of (tenant_id,
+/// event_id) and a 64-bit fingerprint of everything else a delivery carries.
+/// SHA-256 (truncated), so that no tenant can craft an id that collides with
+/// another tenant's; every field is length-prefixed, so no two different
+/// events hash the same input.
+pub fn admission_key(event: &DomainEvent) -> (KeyHash, Fingerprint) {
+    fn field(h: &mut Sha256, bytes: &[u8]) {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    }
+    let mut key = Sha256::new();
+    key.update(b"hookline.admission.key.v1");
+    field(&mut key, event.tenant_id.as_bytes());
+    field(&mut key, event.event_id.as_bytes());
+    let key = key.finalize();
+    let mut print = Sha256::new();
+    print.update(b"hookline.admission.payload.v1");
+    field(&mut print, event.event_type.as_bytes());
+    print.update(event.occurred_at.to_le_bytes());
+    field(&mut print, event.content_type.as_bytes());
+    field(&mut print, &event.payload);
+    print.update((event.attributes.len() as u64).to_le_bytes());
+    for (name, value) in &event.attributes {
+        field(&mut print, name.as_bytes());
+        field(&mut print, value.as_bytes());
+    }
+    let print = print.finalize();
+    let word = |bytes: &[u8], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    (
+        KeyHash([word(&key, 0), word(&key, 8)]),
+        Fingerprint(word(&print, 0)),
+    )
+}
+
+/// Fans one record out against `matching`, which returns the enabled
+/// subscriptions of a tenant that want an event type, after `admit` (the
+/// admission window) has decided on the usable event.
+pub fn fan_out(
+    input: Input<'_>,
+    headers: impl FnOnce() -> Vec<QuarantinedHeader>,
+    matching: impl FnOnce(&str, &str) -> Vec<Arc<LiveSubscription>>,
+    admit: impl FnOnce(&DomainEvent) -> Admission,
+    max_payload_bytes: usize,
+    now_ms: i64,
+) -> Output {
+    let quarantined = |unusable: Unusable| Box::new(unusable.quarantine(&input, headers(), now_ms));
+    let event = match usable_event(input.value, max_payload_bytes) {
+        Ok(event) => event,
+        Err(unusable) => return Output::Quarantine(quarantined(unusable)),
+    };
+    match admit(&event) {
+        Admission::Admit => {}
+        Admission::Duplicate(PayloadMatch::Same) => return Output::Duplicate(Duplicate::Same),
+        Admission::Duplicate(PayloadMatch::Changed) => {
+            return Output::Duplicate(Duplicate::Changed(quarantined(Unusable::new(
+                QuarantineReason::DuplicateChangedPayload,
+                format!(
+                    "event_id `{}` of tenant `{}` appeared on this partition within the \
+                     duplicate-admission window (--dedup-window) with another payload; \
+                     this record was not fanned out",
+                    event.event_id, event.tenant_id
+                ),
+            ))))
+        }
     }
     let subs = matching(&event.tenant_id, &event.event_type);
     if subs.is_empty() {
@@ -140,6 +219,10 @@ mod tests {
     }
 
     fn run(value: Option<&[u8]>, cap: usize) -> Output {
+        run_admitted(value, cap, Admission::Admit)
+    }
+
+    fn run_admitted(value: Option<&[u8]>, cap: usize, admission: Admission) -> Output {
         let t = table();
         fan_out(
             Input {
@@ -156,6 +239,7 @@ mod tests {
                 }]
             },
             |tenant, ty| t.matching(tenant, ty),
+            |_| admission,
             cap,
             5,
         )
@@ -220,5 +304,86 @@ mod tests {
         assert!(q.detail.contains("2000"), "{}", q.detail);
 
         assert_eq!(quarantined(run(None, 1000)).reason, "not_avro");
+    }
+
+    #[test]
+    fn duplicates_fan_out_to_nothing_and_a_changed_payload_is_quarantined() {
+        let bytes = encode(&event("acme", "invoice.paid", 10));
+        assert!(matches!(
+            run_admitted(Some(&bytes), 1024, Admission::Duplicate(PayloadMatch::Same)),
+            Output::Duplicate(Duplicate::Same)
+        ));
+        let Output::Duplicate(Duplicate::Changed(q)) = run_admitted(
+            Some(&bytes),
+            1024,
+            Admission::Duplicate(PayloadMatch::Changed),
+        ) else {
+            panic!("expected a changed duplicate")
+        };
+        assert_eq!(q.reason, "duplicate_changed_payload");
+        assert_eq!(q.value, bytes);
+        assert_eq!((q.source_partition, q.source_offset), (2, 41));
+        assert!(q.detail.contains("evt-1"), "{}", q.detail);
+    }
+
+    #[test]
+    fn unusable_records_never_reach_the_window() {
+        let big = encode(&event("acme", "a", 2000));
+        for value in [Some(&b"junk"[..]), None, Some(&big[..])] {
+            let out = fan_out(
+                Input {
+                    topic: "events",
+                    partition: 0,
+                    offset: 0,
+                    key: None,
+                    value,
+                },
+                Vec::new,
+                |_, _| Vec::new(),
+                |_| panic!("the window saw an unusable record"),
+                1000,
+                0,
+            );
+            assert!(matches!(out, Output::Quarantine(_)));
+        }
+    }
+
+    #[test]
+    fn the_key_is_tenant_and_id_and_the_fingerprint_everything_else() {
+        let base = event("acme", "invoice.paid", 10);
+        let (key, print) = admission_key(&base);
+        let mut other_tenant = base.clone();
+        other_tenant.tenant_id = "globex".into();
+        let mut other_id = base.clone();
+        other_id.event_id = "evt-2".into();
+        // Length prefixes: moving a byte between the two strings is another key.
+        let mut shifted = base.clone();
+        shifted.tenant_id = "acm".into();
+        shifted.event_id = "eevt-1".into();
+        for (name, e) in [
+            ("tenant", &other_tenant),
+            ("id", &other_id),
+            ("shifted", &shifted),
+        ] {
+            assert_ne!(admission_key(e).0, key, "{name}");
+        }
+        type Change = fn(&mut DomainEvent);
+        let changes: [(&str, Change); 5] = [
+            ("payload", |e| e.payload[0] = b'y'),
+            ("type", |e| e.event_type = "invoice.voided".into()),
+            ("occurred_at", |e| e.occurred_at += 1),
+            ("content_type", |e| e.content_type = "text/plain".into()),
+            ("attributes", |e| {
+                e.attributes.insert("trace".into(), "abd".into());
+            }),
+        ];
+        for (name, change) in changes {
+            let mut e = base.clone();
+            change(&mut e);
+            let (k, f) = admission_key(&e);
+            assert_eq!(k, key, "{name} is not part of the key");
+            assert_ne!(f, print, "{name} is part of the fingerprint");
+        }
+        assert_eq!(admission_key(&base.clone()), (key, print));
     }
 }

@@ -9,7 +9,7 @@ use clap::Parser;
 use hookline_envelope::{
     decode, encode, Delivery, DomainEvent, QuarantinedEvent, Subscription, Topics,
 };
-use hookline_testkit::kafka;
+use hookline_testkit::{kafka, stage::Stage};
 use rdkafka::{
     message::{Header, Message, OwnedHeaders},
     producer::{FutureProducer, FutureRecord},
@@ -100,6 +100,35 @@ impl Env {
         .await;
     }
 
+    /// Publishes `event` with an explicit Kafka record timestamp (ms), the
+    /// clock of the duplicate-admission window.
+    pub async fn publish_at(&self, event: &DomainEvent, timestamp_ms: i64) {
+        let bytes = encode(event);
+        let record = FutureRecord::<[u8], [u8]>::to(self.topics.events())
+            .key(event.tenant_id.as_bytes())
+            .payload(&bytes)
+            .timestamp(timestamp_ms);
+        self.producer
+            .send(record, Duration::from_secs(10))
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+
+    /// Starts the real `hookline-fanout` binary (JSON logs in `log`), ready.
+    pub async fn start_binary(&self, extra: &[&str], log: &std::path::Path) -> Stage {
+        let mut args = self.args(extra);
+        args.extend(["--log-format".to_owned(), "json".to_owned()]);
+        Stage::start_exe(
+            "fanout",
+            env!("CARGO_BIN_EXE_hookline-fanout").into(),
+            &args[1..],
+            log,
+        )
+        .await
+        .unwrap()
+    }
+
     pub async fn send(
         &self,
         topic: &str,
@@ -186,4 +215,20 @@ pub fn pairs(ds: &[Delivery]) -> Vec<(String, String)> {
         .collect();
     v.sort();
     v
+}
+
+/// The sum of a counter's samples whose labels contain `labels` (e.g.
+/// `payload="same"`, or "" for an unlabelled counter), from a Prometheus text
+/// exposition; 0 if it has none.
+pub fn counter(exposition: &str, name: &str, labels: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let (series, value) = rest.rsplit_once(' ')?;
+            (series.is_empty() || series.starts_with('{')).then_some(())?;
+            series.contains(labels).then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
 }

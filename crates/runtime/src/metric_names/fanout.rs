@@ -12,6 +12,15 @@ pub const FANOUT_EVENTS_QUARANTINED: &str = "hookline_fanout_events_quarantined_
 pub const FANOUT_TRANSACTIONS: &str = "hookline_fanout_transactions_total";
 /// time from begin to commit or abort of one transaction.
 pub const FANOUT_TRANSACTION_DURATION: &str = "hookline_fanout_transaction_duration_seconds";
+/// events dropped or quarantined as duplicates within the admission window, by
+/// `payload` (`same`, `changed`).
+pub const FANOUT_DUPLICATES: &str = "hookline_fanout_duplicates_total";
+/// admission-window keys evicted before their time by `--dedup-max-keys`.
+pub const FANOUT_DEDUP_EVICTED_EARLY: &str = "hookline_fanout_dedup_evicted_early_total";
+/// rebuilds of a partition's admission window by outcome (`done`, `failed`).
+pub const FANOUT_DEDUP_REBUILDS: &str = "hookline_fanout_dedup_rebuilds_total";
+/// records read to rebuild admission windows.
+pub const FANOUT_DEDUP_REBUILD_RECORDS: &str = "hookline_fanout_dedup_rebuild_records_total";
 
 pub(super) fn describe() {
     metrics::describe_counter!(FANOUT_EVENTS_CONSUMED, "Events consumed and committed.");
@@ -22,6 +31,22 @@ pub(super) fn describe() {
     metrics::describe_counter!(FANOUT_EVENTS_UNMATCHED, "Events no subscription wanted.");
     metrics::describe_counter!(FANOUT_EVENTS_QUARANTINED, "Events quarantined, by reason.");
     metrics::describe_counter!(FANOUT_TRANSACTIONS, "Fan-out transactions by outcome.");
+    metrics::describe_counter!(
+        FANOUT_DUPLICATES,
+        "Events not fanned out again because their event_id was seen within the admission window, by payload (same: dropped, changed: quarantined)."
+    );
+    metrics::describe_counter!(
+        FANOUT_DEDUP_EVICTED_EARLY,
+        "Admission-window keys evicted before their time by --dedup-max-keys (their window was shortened)."
+    );
+    metrics::describe_counter!(
+        FANOUT_DEDUP_REBUILDS,
+        "Rebuilds of a partition's admission window on assignment, by outcome."
+    );
+    metrics::describe_counter!(
+        FANOUT_DEDUP_REBUILD_RECORDS,
+        "Records read to rebuild admission windows."
+    );
     metrics::describe_histogram!(
         FANOUT_TRANSACTION_DURATION,
         metrics::Unit::Seconds,

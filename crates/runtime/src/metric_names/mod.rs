@@ -17,6 +17,8 @@ pub mod label {
     pub const REASON: &str = "reason";
     /// A stage's group consumer (`events`, `deliveries`, a tier, `dead-letters`).
     pub const CONSUMER: &str = "consumer";
+    /// Whether a duplicate's payload matched (`same`, `changed`).
+    pub const PAYLOAD: &str = "payload";
     /// A bounded kind of error event (`commit_failed`, `attempt_panicked`, ...).
     pub const KIND: &str = "kind";
 }

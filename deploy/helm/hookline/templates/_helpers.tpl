@@ -278,6 +278,8 @@ HOOKLINE_CONSUMER_STALL_TIMEOUT: {{ $k.consumerStallTimeout | quote }}
 {{- end -}}
 {{- if eq .key "fanout" -}}
 {{- $_ := set $env "HOOKLINE_FANOUT_GROUP" $c.groupId -}}
+{{- $_ := set $env "HOOKLINE_DEDUP_WINDOW" (include "hookline.str" $c.dedupWindow) -}}
+{{- $_ := set $env "HOOKLINE_DEDUP_MAX_KEYS" (include "hookline.str" $c.dedupMaxKeys) -}}
 {{- else if eq .key "dispatcher" -}}
 {{- $_ := set $env "HOOKLINE_DISPATCHER_GROUP" $c.groupId -}}
 {{- $_ := set $env "HOOKLINE_REQUEST_TIMEOUT" (printf "%ds" (int $c.requestTimeoutSeconds)) -}}

@@ -1,0 +1,275 @@
+//! The duplicate-admission windows of the assigned `events` partitions (the
+//! decisions are [`hookline_core::admission`]'s) and their rebuild on assignment.
+//!
+//! Guarantee: a partition's window has observed exactly the partition's records
+//! before the next one the loop processes, whether they were processed live or
+//! read back by [`rebuild`], so a restart or a rebalance changes no decision
+//! (beyond what `--dedup-max-keys` evicts early). The stream time that locates
+//! the rebuild's start rides in the committed offset's metadata, written in the
+//! same transaction as the offset ([`commit_metadata`]); without it (first run,
+//! an older release, the window just turned on) the rebuild starts one window
+//! before now: exact when the records after the commit carry timestamps close
+//! to now, approximate otherwise.
+
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
+
+use hookline_core::admission::{self, Admission, AdmissionWindow};
+use hookline_envelope::DomainEvent;
+use hookline_runtime::{config::CommonArgs, kafka, RuntimeError};
+use rdkafka::{
+    consumer::{BaseConsumer, Consumer},
+    error::KafkaError,
+    message::{BorrowedMessage, Message},
+    Offset, TopicPartitionList,
+};
+
+use crate::{metrics as fm, transform};
+
+/// Marks hookline's committed-offset metadata; the stream time follows it.
+const METADATA_PREFIX: &str = "hookline.dedup.v1;stream_time=";
+/// Longest a rebuild waits for its next record before it fails (and is retried).
+const REBUILD_STALL: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(200);
+
+/// The windows of the partitions this replica owns.
+#[derive(Debug)]
+pub(crate) struct Windows {
+    window: Duration,
+    max_keys: usize,
+    partitions: HashMap<i32, AdmissionWindow>,
+}
+
+impl Windows {
+    pub(crate) fn new(window: Duration, max_keys: u64) -> Self {
+        Self {
+            window,
+            max_keys: usize::try_from(max_keys).unwrap_or(usize::MAX),
+            partitions: HashMap::new(),
+        }
+    }
+
+    /// Whether `partition`'s window is in place (rebuilt or started since its
+    /// assignment).
+    pub(crate) fn has(&self, partition: i32) -> bool {
+        self.partitions.contains_key(&partition)
+    }
+
+    pub(crate) fn install(&mut self, partition: i32, window: AdmissionWindow) {
+        self.partitions.insert(partition, window);
+    }
+
+    /// Forgets a revoked partition's window: its next owner rebuilds it.
+    pub(crate) fn forget(&mut self, partition: i32) {
+        self.partitions.remove(&partition);
+    }
+
+    /// Decides one usable event, the partition's next record, and counts what the
+    /// window had to evict early. A record without a timestamp is not part of the
+    /// window (so the rebuild, which skips it too, agrees).
+    pub(crate) fn admit(
+        &mut self,
+        partition: i32,
+        timestamp_ms: Option<i64>,
+        event: &DomainEvent,
+    ) -> Admission {
+        let (Some(window), Some(at)) = (self.partitions.get_mut(&partition), timestamp_ms) else {
+            return Admission::Admit;
+        };
+        let (key, print) = transform::admission_key(event);
+        let observed = window.observe(key, print, at);
+        fm::evicted_early(observed.evicted_early);
+        observed.admission
+    }
+
+    /// The metadata to commit with `partition`'s offset: its stream time.
+    pub(crate) fn commit_metadata(&self, partition: i32) -> Option<String> {
+        let stream_time = self.partitions.get(&partition)?.stream_time()?;
+        Some(format!("{METADATA_PREFIX}{stream_time}"))
+    }
+
+    pub(crate) fn window(&self) -> Duration {
+        self.window
+    }
+
+    pub(crate) fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+}
+
+/// The stream time in a committed offset's metadata, if hookline wrote it.
+pub(crate) fn parse_metadata(metadata: &str) -> Option<i64> {
+    metadata.strip_prefix(METADATA_PREFIX)?.parse().ok()
+}
+
+/// A record's Kafka timestamp (create or log-append time), the window's clock.
+pub(crate) fn record_time<M: Message>(msg: &M) -> Option<i64> {
+    msg.timestamp().to_millis()
+}
+
+/// What to rebuild: one partition, up to (not including) `end`, the offset of
+/// the first record the loop will process.
+#[derive(Debug, Clone)]
+pub(crate) struct RebuildSpec {
+    pub topic: String,
+    pub partition: i32,
+    pub end: i64,
+    /// Where the window reaches back from: the committed stream time, else now.
+    pub from_stream_time: i64,
+    pub window: Duration,
+    pub max_keys: usize,
+    pub max_payload_bytes: usize,
+}
+
+/// A rebuilt window and the records read for it.
+#[derive(Debug)]
+pub(crate) struct Rebuilt {
+    pub window: AdmissionWindow,
+    pub records: u64,
+    pub start: i64,
+}
+
+/// Reads the partition from the first record whose timestamp is at least one
+/// window before `from_stream_time` up to `end` with a separate, group-less,
+/// `read_committed` consumer, feeding every usable event to a new window exactly
+/// as the live loop does. Blocking: run it off the runtime.
+pub(crate) fn rebuild(common: &CommonArgs, spec: &RebuildSpec) -> Result<Rebuilt, RuntimeError> {
+    let err = |context: &str, e: KafkaError| RuntimeError::kafka(context.to_owned(), e);
+    let client_id = "hookline-fanout-dedup-rebuild";
+    // librdkafka wants a group.id even for assign(); this reader never joins or
+    // commits to it.
+    let consumer: BaseConsumer = kafka::client_config(common, client_id)?
+        .set("group.id", client_id)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("isolation.level", "read_committed")
+        .create()
+        .map_err(|e| err("creating the admission-window reader", e))?;
+    let mut window = AdmissionWindow::new(spec.window, spec.max_keys);
+    // Kafka reads negative timestamps as "latest"/"earliest"; none is stored.
+    let from = admission::rebuild_from(spec.from_stream_time, spec.window).max(0);
+    let mut query = TopicPartitionList::new();
+    query
+        .add_partition_offset(&spec.topic, spec.partition, Offset::Offset(from))
+        .map_err(|e| err("building the offsets_for_times query", e))?;
+    let found = consumer
+        .offsets_for_times(query, REBUILD_STALL)
+        .map_err(|e| err("looking up the admission window's first offset", e))?;
+    let start = match found
+        .find_partition(&spec.topic, spec.partition)
+        .map(|e| (e.offset(), e.error()))
+    {
+        Some((_, Err(e))) => return Err(err("looking up the admission window's first offset", e)),
+        Some((Offset::Offset(o), _)) => o,
+        // No record that recent: nothing to rebuild from.
+        Some((Offset::End, _)) => spec.end,
+        other => {
+            return Err(RuntimeError::kafka(
+                format!(
+                    "offsets_for_times answered {other:?} for the admission window's first offset"
+                ),
+                KafkaError::OffsetFetch(rdkafka::types::RDKafkaErrorCode::InvalidArgument),
+            ))
+        }
+    };
+    let mut records = 0;
+    if start >= spec.end {
+        return Ok(Rebuilt {
+            window,
+            records,
+            start,
+        });
+    }
+    let mut assignment = TopicPartitionList::new();
+    assignment
+        .add_partition_offset(&spec.topic, spec.partition, Offset::Offset(start))
+        .map_err(|e| err("assigning the admission-window reader", e))?;
+    consumer
+        .assign(&assignment)
+        .map_err(|e| err("assigning the admission-window reader", e))?;
+    let mut last_progress = Instant::now();
+    loop {
+        match consumer.poll(POLL) {
+            None => {}
+            Some(Ok(msg)) => {
+                last_progress = Instant::now();
+                if msg.offset() >= spec.end {
+                    break;
+                }
+                records += 1;
+                observe(&mut window, &msg, spec.max_payload_bytes);
+            }
+            Some(Err(e)) => return Err(err("reading the admission window back", e)),
+        }
+        if last_progress.elapsed() > REBUILD_STALL {
+            return Err(RuntimeError::kafka(
+                format!(
+                    "reading the admission window back: no record for {REBUILD_STALL:?} before offset {}",
+                    spec.end
+                ),
+                KafkaError::NoMessageReceived,
+            ));
+        }
+    }
+    Ok(Rebuilt {
+        window,
+        records,
+        start,
+    })
+}
+
+/// The live loop's test of which records the window sees, applied to a record
+/// read back.
+fn observe(window: &mut AdmissionWindow, msg: &BorrowedMessage<'_>, max_payload_bytes: usize) {
+    let (Some(at), Ok(event)) = (
+        record_time(msg),
+        transform::usable_event(msg.payload(), max_payload_bytes),
+    ) else {
+        return;
+    };
+    let (key, print) = transform::admission_key(&event);
+    fm::evicted_early(window.observe(key, print, at).evicted_early);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_carries_the_stream_time_and_ignores_anything_else() {
+        let mut windows = Windows::new(Duration::from_secs(60), 10);
+        assert_eq!(windows.commit_metadata(3), None);
+        windows.install(3, AdmissionWindow::new(Duration::from_secs(60), 10));
+        assert_eq!(windows.commit_metadata(3), None, "no record seen yet");
+        let event = hookline_envelope::DomainEvent {
+            event_id: "e".into(),
+            tenant_id: "t".into(),
+            event_type: "a".into(),
+            occurred_at: 0,
+            content_type: "application/json".into(),
+            payload: vec![],
+            attributes: Default::default(),
+        };
+        assert_eq!(
+            windows.admit(3, Some(1_700_000_000_123), &event),
+            Admission::Admit
+        );
+        assert_eq!(
+            windows.admit(3, Some(1_700_000_000_000), &event),
+            Admission::Duplicate(admission::PayloadMatch::Same)
+        );
+        let metadata = windows.commit_metadata(3).unwrap();
+        assert_eq!(parse_metadata(&metadata), Some(1_700_000_000_123));
+        for other in ["", "hookline.dedup.v1;stream_time=", "x", "stream_time=5"] {
+            assert_eq!(parse_metadata(other), None, "{other:?}");
+        }
+        // Without a window (off, or not yet rebuilt) or a timestamp: admitted, unrecorded.
+        assert_eq!(windows.admit(4, Some(1), &event), Admission::Admit);
+        assert_eq!(windows.admit(3, None, &event), Admission::Admit);
+        windows.forget(3);
+        assert!(!windows.has(3));
+    }
+}
