@@ -1,5 +1,8 @@
 //! `hookline-dlq-sink inspect`: lists or counts what is in the DLQ (or the quarantine), from
-//! the topic or the archive. Results go to stdout; progress and logs to stderr. Read-only.
+//! the topic or the archive. Results go to stdout; the summary (a line, or a JSON object with
+//! `--output json`), progress and logs to stderr. Read-only. Each coordinate is listed and
+//! counted once: `scanned` counts distinct records, `duplicates skipped` the copies of one
+//! already read (the archive can hold a record twice after a sink crash).
 
 use std::{collections::BTreeMap, io::Write, time::SystemTime};
 
@@ -125,8 +128,19 @@ pub async fn run(
     } else if args.output == Output::Table {
         print_rows(out, &listed)?;
     }
-    tracing::info!(scanned, matched, "inspect done");
-    eprintln!("scanned {scanned}, matched {matched}");
+    let duplicates_skipped = source.duplicates_skipped();
+    tracing::info!(scanned, matched, duplicates_skipped, "inspect done");
+    // The summary goes to stderr so that stdout stays rows (or counts) only.
+    if args.output == Output::Json {
+        let summary = json!({
+            "scanned": scanned,
+            "matched": matched,
+            "duplicates_skipped": duplicates_skipped,
+        });
+        eprintln!("{summary}");
+    } else {
+        eprintln!("scanned {scanned}, matched {matched}, duplicates skipped {duplicates_skipped}");
+    }
     Ok(matched)
 }
 

@@ -1,12 +1,14 @@
 //! The dlq-sink stage (DESIGN §5): archives every record of `deliveries.dlq` and
 //! `events.quarantine` durably (Avro object container files, partitioned by date and tenant,
 //! each row with its Kafka coordinates) and commits only after the archive write is durable;
-//! `inspect` and `replay` let operators list, count and re-send dead letters without
-//! touching the sink's consumer group.
+//! `inspect` and `replay` let operators list, count and re-send dead letters, each
+//! coordinate once even where a crash archived it twice, without touching the sink's
+//! consumer group.
 
 mod archive;
 pub mod cli;
 pub mod config;
+mod dedup;
 pub mod filter;
 pub mod inspect;
 mod metrics;

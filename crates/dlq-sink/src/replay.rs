@@ -10,8 +10,10 @@
 //! if that is a pipeline input of this `--topic-prefix` (`Topics::is_pipeline_input`);
 //! any other source topic is refused, counted, and makes the exit code 2. The producer is
 //! idempotent with `acks=all` and every send is awaited before the summary, so "replayed"
-//! means acknowledged by Kafka. Reading is by assignment: the sink's consumer group is never
-//! touched.
+//! means acknowledged by Kafka. Each coordinate is replayed at most once per run, from the
+//! topic or the archive: a copy of a dead letter the sink archived twice across a crash is
+//! skipped and counted as `duplicates skipped` in the summary. Reading is by assignment: the
+//! sink's consumer group is never touched.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -76,8 +78,12 @@ pub struct ReplayArgs {
 /// What a replay did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
-    /// Records read.
+    /// Distinct records read (by coordinate).
     pub scanned: u64,
+    /// Records not read again because their coordinate was already read: copies the sink
+    /// archived twice across a crash (or a record a topic fetch repeated). Each coordinate
+    /// is replayed at most once.
+    pub duplicates_skipped: u64,
     /// Records that passed the filters (at most `--max`).
     pub matched: u64,
     /// Records written and acknowledged.
@@ -314,6 +320,7 @@ pub async fn run(
         settle(Some(r), &mut summary, &mut by_destination);
     }
     bar.finish_and_clear();
+    summary.duplicates_skipped = source.duplicates_skipped();
 
     let to = match &destination {
         Destination::Fixed(topic) => topic.clone(),
@@ -344,8 +351,13 @@ pub async fn run(
     }
     writeln!(
         out,
-        "scanned {}, matched {}, replayed {}, failed {}, refused {}",
-        summary.scanned, summary.matched, summary.replayed, summary.failed, summary.refused
+        "scanned {}, matched {}, replayed {}, failed {}, refused {}, duplicates skipped {}",
+        summary.scanned,
+        summary.matched,
+        summary.replayed,
+        summary.failed,
+        summary.refused,
+        summary.duplicates_skipped
     )?;
     Ok(summary)
 }

@@ -169,6 +169,7 @@ fn exit_codes_follow_the_summary() {
         replayed,
         failed,
         refused,
+        duplicates_skipped: 4,
     };
     assert_eq!(s(3, 3, 0, 0).exit_code(), 0);
     assert_eq!(s(3, 2, 1, 0).exit_code(), 2);

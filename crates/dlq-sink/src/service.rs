@@ -3,7 +3,10 @@
 //! every file holding its earlier records is durable.
 //!
 //! Guarantees: at least once into the archive. A crash or a revoked partition re-reads from
-//! the last commit, so rows can be archived twice (same coordinates), never lost. A record
+//! the last commit, so rows can be archived twice (same coordinates), never lost; `inspect`
+//! and `replay` read each coordinate once and count the copies (`source`). The sink does not
+//! skip what is already archived: a partition's rows are spread over independently written
+//! files per date and tenant, so only a listing of the whole archive could tell. A record
 //! that does not decode is archived raw with the reason; nothing read is skipped. On stop,
 //! every open file is written and the offsets committed synchronously before returning.
 

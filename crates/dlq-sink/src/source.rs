@@ -4,10 +4,12 @@
 //! high watermark taken at start — with no consumer group membership and no commits, so the
 //! sink's group is never disturbed and records written meanwhile (say, replays that fail
 //! again) are not read. The archive is read file by file, pruned by date and tenant
-//! directories, and rows seen twice (a crash re-archives) are returned once.
+//! directories. Either way each coordinate (topic, partition, offset) is returned once:
+//! copies the sink archived again after a crash, and records a topic fetch repeats, are
+//! skipped and counted ([`Source::duplicates_skipped`]); the cost is in `dedup`.
 
 use std::{
-    collections::{HashMap, HashSet, VecDeque},
+    collections::{HashMap, VecDeque},
     time::{Duration, SystemTime},
 };
 
@@ -24,6 +26,7 @@ use rdkafka::{
 };
 
 use crate::{
+    dedup::{ArchiveCoords, TopicCursor},
     filter::Filter,
     row::{ArchiveHeader, ArchiveRow, Kind, RawRecord},
     store::{ArchiveStore, StoreError},
@@ -79,6 +82,14 @@ impl Source {
         }
     }
 
+    /// Records not returned because their coordinate was already returned.
+    pub fn duplicates_skipped(&self) -> u64 {
+        match self {
+            Self::Topic(t) => t.cursor.skipped(),
+            Self::Archive(a) => a.seen.skipped(),
+        }
+    }
+
     /// How many records (topic) or files (archive) there are to read, for progress.
     pub fn total(&self) -> u64 {
         match self {
@@ -95,6 +106,7 @@ pub struct TopicSource {
     topic: String,
     /// partition → high watermark at start; removed when reached.
     open: HashMap<i32, i64>,
+    cursor: TopicCursor,
     total: u64,
 }
 
@@ -162,6 +174,7 @@ impl TopicSource {
             kind,
             topic: topic.to_owned(),
             open,
+            cursor: TopicCursor::default(),
             total,
         })
     }
@@ -185,6 +198,9 @@ impl TopicSource {
                     };
                     if msg.offset() >= target {
                         self.close(partition);
+                        continue;
+                    }
+                    if !self.cursor.first_time(partition, msg.offset()) {
                         continue;
                     }
                     let last = msg.offset() + 1 >= target;
@@ -225,7 +241,7 @@ pub struct ArchiveSource {
     store: ArchiveStore,
     files: VecDeque<Path>,
     rows: VecDeque<ArchiveRow>,
-    seen: HashSet<(String, i32, i64)>,
+    seen: ArchiveCoords,
     total_files: u64,
     /// Files read so far.
     pub files_read: u64,
@@ -262,7 +278,7 @@ impl ArchiveSource {
             total_files: files.len() as u64,
             files,
             rows: VecDeque::new(),
-            seen: HashSet::new(),
+            seen: ArchiveCoords::default(),
             files_read: 0,
         })
     }
@@ -270,10 +286,7 @@ impl ArchiveSource {
     async fn next(&mut self) -> Result<Option<ArchiveRow>, SourceError> {
         loop {
             while let Some(row) = self.rows.pop_front() {
-                if self
-                    .seen
-                    .insert((row.topic.clone(), row.partition, row.offset))
-                {
+                if self.seen.first_time(&row.topic, row.partition, row.offset) {
                     return Ok(Some(row));
                 }
             }

@@ -202,9 +202,14 @@ async fn inspect_lists_and_counts_from_the_topic_and_the_archive_alike() {
         }
         // The archive prunes by tenant directory: only acme's files are read.
         let scanned = if source.is_empty() { 9 } else { 3 };
-        assert!(
-            stderr.contains(&format!("scanned {scanned}, matched 3")),
-            "{source:?}: {stderr}"
+        let summary: serde_json::Value = stderr
+            .lines()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("{source:?}: no JSON summary on stderr: {stderr}"));
+        assert_eq!(
+            summary,
+            serde_json::json!({"scanned": scanned, "matched": 3, "duplicates_skipped": 0}),
+            "{source:?}"
         );
 
         let mut args = vec!["inspect", "--count-by", "reason"];
