@@ -162,9 +162,10 @@ pub struct DispatcherArgs {
     pub fetch_wait_max: Duration,
 
     /// Transactional id of this replica's producer (default
-    /// `hookline-dispatcher-$HOSTNAME`, a pod's name). Keep it stable across
-    /// restarts of one replica and unique between replicas: a restart then
-    /// fences its predecessor and aborts its open transaction at once.
+    /// `hookline-dispatcher-<group>-` and the `--group-instance-id`, else
+    /// `$HOSTNAME-<pid>`). Unique between live replicas (two under one id fence
+    /// each other) and stable across restarts of one: a restart then fences its
+    /// predecessor and aborts its open transaction at once.
     #[arg(long, env = "HOOKLINE_DISPATCHER_TRANSACTIONAL_ID")]
     pub transactional_id: Option<String>,
 
@@ -180,12 +181,16 @@ pub struct DispatcherArgs {
     pub txn_timeout: Duration,
 }
 
-impl DispatcherArgs {
+impl Config {
     /// The transactional id to use.
     pub fn transactional_id(&self) -> String {
-        self.transactional_id
-            .clone()
-            .unwrap_or_else(|| hookline_runtime::kafka::txn::default_transactional_id(crate::STAGE))
+        self.dispatcher.transactional_id.clone().unwrap_or_else(|| {
+            hookline_runtime::kafka::txn::default_transactional_id(
+                crate::STAGE,
+                &self.dispatcher.group_id,
+                &self.common,
+            )
+        })
     }
 }
 
@@ -370,7 +375,7 @@ impl Config {
                 "must be greater than zero".into(),
             ));
         }
-        let transactional_id = d.transactional_id();
+        let transactional_id = self.transactional_id();
         if transactional_id.is_empty() {
             return Err(bad(
                 "--transactional-id / HOOKLINE_DISPATCHER_TRANSACTIONAL_ID",

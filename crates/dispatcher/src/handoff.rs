@@ -4,11 +4,41 @@
 //! the engine commits them together with the source partitions' offsets in a
 //! Kafka transaction (`engine/commit.rs`), so a crash or a zombie replica can
 //! neither write one twice nor lose one, and a retry chain never forks.
+//!
+//! [`Pending`] is the bookkeeping of what waits for a transaction, with no
+//! Kafka and the time passed in (tested below):
+//! - a deferred hand-off's source record is still running; it is finished
+//!   when taken into `unsent`, just before a transaction is built, and never
+//!   while its partition is suspect (so the machine's buffers bound it);
+//! - a partition's offset may pass its finished records only when their
+//!   hand-offs are in the same transaction: [`Pending::cap`] is the first one
+//!   left out;
+//! - a failed transaction makes its partitions suspect: each is then taken
+//!   alone, after a back-off that doubles while it keeps failing, so one
+//!   hand-off the broker refuses holds back only its own partition.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    time::Duration,
+};
 
 use hookline_core::DeadLetterReason;
 use hookline_envelope::{QuarantineReason, QuarantinedEvent};
+use tokio::time::Instant;
 
-use crate::{events, part::Key};
+use crate::{
+    events,
+    part::{Key, Part},
+};
+
+/// First back-off of a suspect partition (and of a failed offsets-only
+/// transaction); doubled while it keeps failing, up to [`MAX_BACKOFF`].
+pub(crate) const RETRY_BACKOFF: Duration = Duration::from_millis(500);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Most hand-offs in one transaction.
+pub(crate) const MAX_HANDOFFS: usize = 5_000;
+/// Most hand-off bytes in one transaction (bounds its memory with large payloads).
+pub(crate) const MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// A record to write in the next transaction, and the source record it finishes.
 #[derive(Debug, Clone)]
@@ -66,5 +96,329 @@ impl Handoff {
             }
             .emit(),
         }
+    }
+}
+
+/// A partition whose hand-offs failed in a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Suspect {
+    retry_at: Instant,
+    backoff: Duration,
+}
+
+/// The hand-offs of one transaction; `solo` when it is a suspect partition's
+/// alone.
+#[derive(Debug, Default)]
+pub(crate) struct Batch {
+    pub handoffs: Vec<Handoff>,
+    pub solo: Option<Part>,
+}
+
+/// What waits for a transaction.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    /// Not yet finished: their source records still count as running.
+    deferred: Vec<Handoff>,
+    /// Finished, not yet committed, per partition, in the order finished.
+    unsent: BTreeMap<Part, VecDeque<Handoff>>,
+    suspect: BTreeMap<Part, Suspect>,
+}
+
+impl Pending {
+    pub(crate) fn defer(&mut self, handoff: Handoff) {
+        self.deferred.push(handoff);
+    }
+
+    /// Moves the deferred hand-offs of healthy partitions to `unsent` and
+    /// returns their keys, for the machine to finish; a suspect partition's
+    /// stay deferred.
+    pub(crate) fn finish_ready(&mut self) -> Vec<Key> {
+        let mut keys = Vec::new();
+        for h in std::mem::take(&mut self.deferred) {
+            if self.suspect.contains_key(&h.key.0) {
+                self.deferred.push(h);
+            } else {
+                keys.push(h.key);
+                self.unsent.entry(h.key.0).or_default().push_back(h);
+            }
+        }
+        keys
+    }
+
+    /// The next transaction's hand-offs: a due suspect partition's alone, else
+    /// every healthy partition's, within [`MAX_HANDOFFS`] and [`MAX_BYTES`]
+    /// (one at least).
+    pub(crate) fn take(&mut self, now: Instant) -> Batch {
+        let due = self
+            .suspect
+            .iter()
+            .find(|(_, s)| s.retry_at <= now)
+            .map(|(p, _)| *p);
+        let (parts, solo): (Vec<Part>, _) = match due {
+            Some(part) => (vec![part], Some(part)),
+            None => (
+                self.unsent
+                    .keys()
+                    .filter(|p| !self.suspect.contains_key(p))
+                    .copied()
+                    .collect(),
+                None,
+            ),
+        };
+        let (mut handoffs, mut bytes) = (Vec::new(), 0);
+        'parts: for part in parts {
+            let Some(queue) = self.unsent.get_mut(&part) else {
+                continue;
+            };
+            while let Some(h) = queue.front() {
+                let full = handoffs.len() >= MAX_HANDOFFS || bytes + h.bytes() > MAX_BYTES;
+                if full && !handoffs.is_empty() {
+                    break 'parts;
+                }
+                bytes += h.bytes();
+                handoffs.extend(queue.pop_front());
+            }
+        }
+        self.unsent.retain(|_, q| !q.is_empty());
+        if let Some(part) = solo {
+            if handoffs.is_empty() {
+                // Nothing of it is left (forgotten): it is healthy again.
+                self.suspect.remove(&part);
+            }
+        }
+        Batch { handoffs, solo }
+    }
+
+    /// How far `part`'s offset may go in a transaction without the hand-offs
+    /// left out of it: the offset of its first one still unsent.
+    pub(crate) fn cap(&self, part: Part) -> Option<i64> {
+        self.unsent.get(&part)?.front().map(|h| h.key.1)
+    }
+
+    /// The batch committed: a suspect tried alone is healthy again.
+    pub(crate) fn committed(&mut self, batch: &Batch) {
+        if let Some(part) = batch.solo {
+            self.suspect.remove(&part);
+        }
+    }
+
+    /// The batch failed: its hand-offs of partitions still `assigned` go back in
+    /// front of their queues, and those partitions become suspect (a suspect
+    /// tried alone again doubles its back-off). Returns whether the batch had
+    /// no hand-offs (then only the caller's offsets-only back-off applies).
+    pub(crate) fn failed(
+        &mut self,
+        batch: Batch,
+        now: Instant,
+        assigned: impl Fn(Part) -> bool,
+    ) -> bool {
+        let Batch { handoffs, solo } = batch;
+        let empty = handoffs.is_empty();
+        for h in handoffs.into_iter().rev() {
+            let part = h.key.0;
+            if !assigned(part) {
+                continue;
+            }
+            let backoff = match (solo, self.suspect.get(&part)) {
+                (Some(s), Some(prev)) if s == part => (prev.backoff * 2).min(MAX_BACKOFF),
+                (_, Some(prev)) => prev.backoff,
+                _ => RETRY_BACKOFF,
+            };
+            self.suspect.insert(
+                part,
+                Suspect {
+                    retry_at: now + backoff,
+                    backoff,
+                },
+            );
+            self.unsent.entry(part).or_default().push_front(h);
+        }
+        empty
+    }
+
+    /// Forgets hand-offs of source records matching `which` (abandoned, or
+    /// their partition is gone).
+    pub(crate) fn forget(&mut self, which: impl Fn(&Key) -> bool) {
+        self.deferred.retain(|h| !which(&h.key));
+        for queue in self.unsent.values_mut() {
+            queue.retain(|h| !which(&h.key));
+        }
+        self.unsent.retain(|_, q| !q.is_empty());
+        let (unsent, deferred) = (&self.unsent, &self.deferred);
+        self.suspect.retain(|part, _| {
+            unsent.contains_key(part) || deferred.iter().any(|h| h.key.0 == *part)
+        });
+    }
+
+    /// The earliest time a suspect partition is due again.
+    pub(crate) fn next_retry(&self) -> Option<Instant> {
+        self.suspect.values().map(|s| s.retry_at).min()
+    }
+
+    /// Whether anything waits (deferred or unsent).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.deferred.is_empty() && self.unsent.is_empty()
+    }
+
+    /// How many hand-offs wait, deferred and unsent.
+    pub(crate) fn len(&self) -> (usize, usize) {
+        (
+            self.deferred.len(),
+            self.unsent.values().map(VecDeque::len).sum(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: Part = Part {
+        input: 0,
+        partition: 0,
+    };
+    const B: Part = Part {
+        input: 0,
+        partition: 1,
+    };
+    const T: Part = Part {
+        input: 1,
+        partition: 0,
+    };
+
+    fn h(part: Part, offset: i64, bytes: usize) -> Handoff {
+        Handoff {
+            key: (part, offset),
+            topic: "t".into(),
+            record_key: None,
+            value: vec![0; bytes],
+            written: Written::Retry {
+                tier: "t1".into(),
+                delivery_id: format!("d-{offset}"),
+            },
+        }
+    }
+
+    fn keys(batch: &Batch) -> Vec<Key> {
+        batch.handoffs.iter().map(|h| h.key).collect()
+    }
+
+    #[test]
+    fn a_healthy_batch_takes_every_finished_hand_off_in_order() {
+        let mut p = Pending::default();
+        for (part, offset) in [(A, 3), (B, 1), (A, 5), (T, 9)] {
+            p.defer(h(part, offset, 10));
+        }
+        assert_eq!(p.finish_ready(), vec![(A, 3), (B, 1), (A, 5), (T, 9)]);
+        assert_eq!(p.cap(A), Some(3));
+        let batch = p.take(Instant::now());
+        assert_eq!(batch.solo, None);
+        assert_eq!(keys(&batch), vec![(A, 3), (A, 5), (B, 1), (T, 9)]);
+        assert_eq!(p.cap(A), None, "nothing of A left out of the batch");
+        assert!(p.is_empty());
+    }
+
+    #[test]
+    fn a_batch_is_bounded_and_the_rest_caps_the_offsets() {
+        let mut p = Pending::default();
+        for offset in 0..(MAX_HANDOFFS as i64 + 3) {
+            p.defer(h(A, offset, 1));
+        }
+        p.finish_ready();
+        let batch = p.take(Instant::now());
+        assert_eq!(batch.handoffs.len(), MAX_HANDOFFS);
+        assert_eq!(p.cap(A), Some(MAX_HANDOFFS as i64));
+        // Bytes: a hand-off larger than the bound still goes, alone.
+        let mut p = Pending::default();
+        p.defer(h(A, 0, MAX_BYTES + 1));
+        p.defer(h(A, 1, 1));
+        p.finish_ready();
+        assert_eq!(keys(&p.take(Instant::now())), vec![(A, 0)]);
+        assert_eq!(keys(&p.take(Instant::now())), vec![(A, 1)]);
+    }
+
+    #[test]
+    fn a_failed_batch_makes_its_partitions_suspect_and_each_is_tried_alone() {
+        let now = Instant::now();
+        let mut p = Pending::default();
+        for (part, offset) in [(A, 1), (A, 2), (B, 7)] {
+            p.defer(h(part, offset, 10));
+        }
+        p.finish_ready();
+        let batch = p.take(now);
+        assert!(!p.failed(batch, now, |_| true));
+        assert_eq!((p.cap(A), p.cap(B)), (Some(1), Some(7)), "back, in order");
+        assert_eq!(p.next_retry(), Some(now + RETRY_BACKOFF));
+        // Not due yet: nothing of a suspect goes, and a healthy one's does.
+        p.defer(h(T, 4, 10));
+        p.defer(h(A, 3, 10));
+        assert_eq!(p.finish_ready(), vec![(T, 4)], "a suspect's stay running");
+        let healthy = p.take(now);
+        assert_eq!((keys(&healthy), healthy.solo), (vec![(T, 4)], None));
+        // Due: one suspect alone.
+        let later = now + RETRY_BACKOFF;
+        let solo = p.take(later);
+        assert_eq!((keys(&solo), solo.solo), (vec![(A, 1), (A, 2)], Some(A)));
+        p.committed(&solo);
+        assert_eq!(p.finish_ready(), vec![(A, 3)], "healthy again: finished");
+        let next = p.take(later);
+        assert_eq!((keys(&next), next.solo), (vec![(B, 7)], Some(B)));
+    }
+
+    #[test]
+    fn a_suspect_that_keeps_failing_backs_off_longer_up_to_the_bound() {
+        let mut now = Instant::now();
+        let mut p = Pending::default();
+        p.defer(h(A, 1, 10));
+        p.finish_ready();
+        let first = p.take(now);
+        p.failed(first, now, |_| true);
+        let mut waits = Vec::new();
+        for _ in 0..9 {
+            assert!(p.take(now).handoffs.is_empty(), "not before its back-off");
+            now = p.next_retry().unwrap();
+            let batch = p.take(now);
+            assert_eq!(batch.solo, Some(A));
+            p.failed(batch, now, |_| true);
+            waits.push(p.suspect[&A].backoff);
+        }
+        let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
+        assert_eq!(
+            ms,
+            [1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000, 30_000]
+        );
+        assert_eq!(p.cap(A), Some(1), "its offset stays below it");
+        // Meanwhile another partition's hand-offs go, without A's.
+        p.defer(h(B, 2, 10));
+        p.finish_ready();
+        let other = p.take(now);
+        assert_eq!((keys(&other), other.solo), (vec![(B, 2)], None));
+    }
+
+    #[test]
+    fn revoked_partitions_are_dropped_on_failure_and_forgotten() {
+        let now = Instant::now();
+        let mut p = Pending::default();
+        for (part, offset) in [(A, 1), (B, 2)] {
+            p.defer(h(part, offset, 10));
+        }
+        p.finish_ready();
+        let batch = p.take(now);
+        p.failed(batch, now, |part| part != B);
+        assert_eq!((p.cap(A), p.cap(B)), (Some(1), None), "B is gone");
+        p.defer(h(A, 3, 10));
+        p.forget(|k| k.0 == A);
+        assert!(p.is_empty());
+        assert_eq!(p.next_retry(), None, "no suspect left");
+    }
+
+    #[test]
+    fn an_offsets_only_batch_that_fails_makes_nothing_suspect() {
+        let now = Instant::now();
+        let mut p = Pending::default();
+        let batch = p.take(now);
+        assert!(batch.handoffs.is_empty());
+        assert!(p.failed(batch, now, |_| true));
+        assert_eq!(p.next_retry(), None);
     }
 }

@@ -90,3 +90,41 @@ impl Offsets {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: Part = Part {
+        input: 0,
+        partition: 2,
+    };
+
+    #[test]
+    fn to_commit_stops_at_the_cap_and_never_goes_back() {
+        let mut o = Offsets::default();
+        o.assign(P);
+        for offset in 10..15 {
+            o.track(P, offset).unwrap();
+        }
+        assert_eq!(o.to_commit(|_| None), vec![(P, 10)], "nothing finished");
+        o.committed(&[(P, 10)]);
+        assert!(o.to_commit(|_| None).is_empty(), "already committed");
+        for offset in [10, 11, 12, 14] {
+            o.finish(P, offset).unwrap();
+        }
+        assert_eq!(o.to_commit(|_| None), vec![(P, 13)], "the watermark");
+        // A finished record whose hand-off is left out of the transaction.
+        assert_eq!(o.to_commit(|_| Some(11)), vec![(P, 11)]);
+        o.committed(&[(P, 11)]);
+        assert!(o.to_commit(|_| Some(11)).is_empty(), "already committed");
+        assert!(o.to_commit(|_| Some(5)).is_empty(), "never backwards");
+        o.finish(P, 13).unwrap();
+        assert_eq!(o.to_commit(|_| None), vec![(P, 15)]);
+        assert_eq!(
+            o.to_commit(|_| Some(99)),
+            vec![(P, 15)],
+            "a cap past the watermark"
+        );
+    }
+}

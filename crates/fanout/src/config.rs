@@ -25,7 +25,9 @@ pub struct FanoutArgs {
     pub group_id: String,
 
     /// Transactional id of this replica; stable across restarts of the same
-    /// replica fences its zombies. Defaults to `hookline-fanout-<HOSTNAME>`.
+    /// replica fences its zombies, and two live replicas must never share one.
+    /// Defaults to `hookline-fanout-<group>-` and the `--group-instance-id`,
+    /// else `$HOSTNAME-<pid>`.
     #[arg(long, env = "HOOKLINE_FANOUT_TRANSACTIONAL_ID")]
     pub transactional_id: Option<String>,
 
@@ -78,13 +80,13 @@ impl FanoutArgs {
     }
 
     /// The transactional id to use.
-    pub fn transactional_id(&self) -> String {
+    pub fn transactional_id(&self, common: &hookline_runtime::config::CommonArgs) -> String {
         self.transactional_id.clone().unwrap_or_else(|| {
-            let host = std::env::var("HOSTNAME")
-                .ok()
-                .filter(|h| !h.is_empty())
-                .unwrap_or_else(|| format!("pid-{}", std::process::id()));
-            format!("hookline-fanout-{host}")
+            hookline_runtime::kafka::txn::default_transactional_id(
+                crate::STAGE,
+                &self.group_id,
+                common,
+            )
         })
     }
 }

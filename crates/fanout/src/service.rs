@@ -31,14 +31,17 @@ use hookline_envelope::{encode, Topics};
 use hookline_runtime::{
     group_watch,
     health::Health,
-    kafka::{self, RevokeRecorder},
+    kafka::{
+        self,
+        txn::{Transactor, TxnError, TxnSpec},
+        RevokeRecorder,
+    },
     subscriptions::Subscriptions,
 };
 use rdkafka::{
     consumer::{Consumer, StreamConsumer},
     error::KafkaError,
     message::{Message, OwnedMessage},
-    producer::{FutureProducer, FutureRecord, Producer},
     Offset, TopicPartitionList,
 };
 use tokio_util::sync::CancellationToken;
@@ -57,16 +60,13 @@ const DEDUP_READY: &str = "dedup_window";
 const IDLE_POLL: Duration = Duration::from_secs(1);
 /// Pause after a failed transaction before the batch is tried again.
 const RETRY_BACKOFF: Duration = Duration::from_millis(500);
-/// Times a retriable transactional call (a timeout) is repeated before the
-/// producer is given up and re-created.
-const RETRIABLE_TRIES: u32 = 10;
 
 /// The consumer, the transactional producer and the loop state.
 pub(crate) struct FanoutLoop {
     config: Config,
     topics: Topics,
     consumer: Arc<StreamConsumer<RevokeRecorder>>,
-    producer: FutureProducer,
+    txn: Transactor,
     subs: Subscriptions,
     health: Health,
     /// `None` when `--dedup-window 0`.
@@ -116,13 +116,6 @@ impl Batch {
     }
 }
 
-enum TxnError {
-    /// Abort, rewind and go on with a new transaction.
-    Abortable(KafkaError),
-    /// The producer is unusable (fenced or fatal): re-create it, rewind.
-    Fatal(KafkaError),
-}
-
 impl FanoutLoop {
     pub(crate) async fn new(
         config: Config,
@@ -135,7 +128,20 @@ impl FanoutLoop {
             "hookline-fanout",
             &config.fanout.group_id,
         )?;
-        let producer = Self::transactional_producer(&config).await?;
+        let txn = Transactor::new(
+            &config.common,
+            TxnSpec {
+                client_id: "hookline-fanout",
+                transactional_id: config.fanout.transactional_id(&config.common),
+                // Short, so that a crashed replica's open transaction (a new pod
+                // has a new transactional id and cannot fence it) stops holding
+                // back read_committed readers within seconds; batches take ms.
+                transaction_timeout: Duration::from_secs(20),
+                call_timeout: config.fanout.txn_timeout,
+                linger: Duration::from_millis(5),
+            },
+        )
+        .await?;
         let windows = config
             .fanout
             .dedup()
@@ -145,34 +151,10 @@ impl FanoutLoop {
             config,
             topics,
             consumer: Arc::new(consumer),
-            producer,
+            txn,
             subs,
             health,
         })
-    }
-
-    async fn transactional_producer(config: &Config) -> Result<FutureProducer, FanoutError> {
-        let txn_id = config.fanout.transactional_id();
-        let producer: FutureProducer = kafka::client_config(&config.common, "hookline-fanout")?
-            .set("transactional.id", &txn_id)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "5")
-            .set("compression.type", "lz4")
-            // Short, so that a crashed replica's open transaction (a new pod
-            // has a new transactional id and cannot fence it) stops holding
-            // back read_committed readers within seconds; batches take ms.
-            .set("transaction.timeout.ms", "20000")
-            .create()
-            .map_err(|e| kafka_err("creating the transactional producer", e))?;
-        let timeout = config.fanout.txn_timeout;
-        let p = producer.clone();
-        tokio::task::spawn_blocking(move || p.init_transactions(timeout))
-            .await
-            .map_err(|e| FanoutError::Join(e.to_string()))?
-            .map_err(|e| kafka_err("initialising transactions", e))?;
-        tracing::info!(transactional_id = %txn_id, "transactional producer ready");
-        Ok(producer)
     }
 
     /// Runs until `stop`; the batch in hand when it fires is committed first.
@@ -369,46 +351,22 @@ impl FanoutLoop {
                 fm::committed(&counts);
                 return Ok(None);
             }
-            Err(TxnError::Abortable(error)) => {
-                tracing::warn!(%error, events = batch.messages.len(), "transaction failed; aborting, the batch goes into the next one");
-                fm::transaction("aborted", started.elapsed());
-                if !self.abort().await {
-                    self.replace_producer(stop).await?;
-                }
-            }
-            Err(TxnError::Fatal(error)) => {
-                tracing::warn!(%error, events = batch.messages.len(), "producer fenced or failed; re-creating it, the batch goes into the next transaction");
-                fm::transaction("fenced", started.elapsed());
-                self.replace_producer(stop).await?;
+            Err(error) => {
+                let outcome = match &error {
+                    TxnError::Abortable(_) => "aborted",
+                    TxnError::Fatal(_) => "fenced",
+                };
+                tracing::warn!(%error, events = batch.messages.len(), "transaction failed; aborting (or re-creating the producer), the batch goes into the next one");
+                fm::transaction(outcome, started.elapsed());
+                self.txn.recover(&error, stop).await?;
             }
         }
         tokio::time::sleep(RETRY_BACKOFF).await;
         Ok(Some(batch))
     }
 
-    /// A new transactional producer (same transactional id, which fences the
-    /// old one and aborts its open transaction), retried while the broker is
-    /// unreachable; gives up only on shutdown.
-    async fn replace_producer(&mut self, stop: &CancellationToken) -> Result<(), FanoutError> {
-        loop {
-            match Self::transactional_producer(&self.config).await {
-                Ok(producer) => {
-                    self.producer = producer;
-                    return Ok(());
-                }
-                Err(error) if !stop.is_cancelled() => {
-                    tracing::warn!(%error, "could not re-create the transactional producer; retrying");
-                    self.health.beat(LOOP);
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                Err(error) => return Err(error),
-            }
-        }
-    }
-
     async fn transact(&mut self, batch: &mut Batch) -> Result<fm::TxnCounts, TxnError> {
-        let timeout = self.config.fanout.txn_timeout;
-        self.producer.begin_transaction().map_err(classify)?;
+        self.txn.begin()?;
         let now_ms = epoch::millis(SystemTime::now());
         let mut counts = fm::TxnCounts {
             consumed: batch.messages.len(),
@@ -433,7 +391,12 @@ impl FanoutLoop {
                 Output::Deliveries(deliveries) => {
                     for d in &deliveries {
                         let bytes = encode(d);
-                        self.send(self.topics.deliveries(), d.tenant_id.as_bytes(), &bytes)
+                        self.txn
+                            .send(
+                                self.topics.deliveries(),
+                                Some(d.tenant_id.as_bytes()),
+                                &bytes,
+                            )
                             .await?;
                     }
                     counts.produced += deliveries.len();
@@ -457,7 +420,8 @@ impl FanoutLoop {
                     counts.duplicate(PayloadMatch::Changed);
                     counts.quarantined.push(q.reason.clone());
                     let key = q.key.clone().unwrap_or_default();
-                    self.send(self.topics.quarantine(), &key, &encode(q.as_ref()))
+                    self.txn
+                        .send(self.topics.quarantine(), Some(&key), &encode(q.as_ref()))
                         .await?;
                 }
                 Output::Quarantine(q) => {
@@ -470,7 +434,8 @@ impl FanoutLoop {
                     );
                     counts.quarantined.push(q.reason.clone());
                     let key = q.key.clone().unwrap_or_default();
-                    self.send(self.topics.quarantine(), &key, &encode(q.as_ref()))
+                    self.txn
+                        .send(self.topics.quarantine(), Some(&key), &encode(q.as_ref()))
                         .await?;
                 }
             }
@@ -496,88 +461,8 @@ impl FanoutLoop {
             .consumer
             .group_metadata()
             .ok_or_else(|| TxnError::Abortable(KafkaError::NoMessageReceived))?;
-        let producer = self.producer.clone();
-        tokio::task::spawn_blocking(move || {
-            retrying(|| producer.send_offsets_to_transaction(&offsets, &group, timeout))?;
-            retrying(|| producer.commit_transaction(timeout))
-        })
-        .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "commit task failed");
-            TxnError::Fatal(KafkaError::Canceled)
-        })?
-        .map_err(classify)?;
+        self.txn.commit(vec![(offsets, group)]).await?;
         Ok(counts)
-    }
-
-    /// Enqueues one record, waiting while the producer queue is full.
-    async fn send(&self, topic: &str, key: &[u8], value: &[u8]) -> Result<(), TxnError> {
-        loop {
-            let record = FutureRecord::to(topic).key(key).payload(value);
-            match self.producer.send_result(record) {
-                // The transaction commit flushes and fails if any send failed,
-                // so the delivery report need not be awaited here.
-                Ok(_report) => return Ok(()),
-                Err((
-                    KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull),
-                    _,
-                )) => {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                Err((e, _)) => return Err(classify(e)),
-            }
-        }
-    }
-
-    /// Aborts the open transaction; false if the producer could not, and
-    /// must be re-created.
-    async fn abort(&self) -> bool {
-        let producer = self.producer.clone();
-        let timeout = self.config.fanout.txn_timeout;
-        match tokio::task::spawn_blocking(move || retrying(|| producer.abort_transaction(timeout)))
-            .await
-        {
-            Ok(Ok(())) => true,
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "abort_transaction failed; re-creating the producer");
-                false
-            }
-            Err(error) => {
-                tracing::warn!(%error, "abort task failed; re-creating the producer");
-                false
-            }
-        }
-    }
-}
-
-/// Runs a blocking transactional call, repeating it while librdkafka says the
-/// error is retriable (a timeout: the call is resumed, not restarted).
-fn retrying(
-    mut call: impl FnMut() -> rdkafka::error::KafkaResult<()>,
-) -> rdkafka::error::KafkaResult<()> {
-    let mut tries = 1;
-    loop {
-        match call() {
-            Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < RETRIABLE_TRIES => {
-                tracing::warn!(error = %e, tries, "transactional call timed out; resuming it");
-                tries += 1;
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            other => return other,
-        }
-    }
-}
-
-/// Abortable only when librdkafka says so (or the error is not a
-/// transactional one); a fatal error, a call still retriable after
-/// `RETRIABLE_TRIES`, or any other state error leaves the producer in a state
-/// only a new one (which fences it) gets out of.
-fn classify(e: KafkaError) -> TxnError {
-    match &e {
-        KafkaError::Transaction(rd) if rd.is_fatal() => TxnError::Fatal(e),
-        KafkaError::Transaction(rd) if rd.txn_requires_abort() => TxnError::Abortable(e),
-        KafkaError::Transaction(_) => TxnError::Fatal(e),
-        _ => TxnError::Abortable(e),
     }
 }
 

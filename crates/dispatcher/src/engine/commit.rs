@@ -29,12 +29,7 @@
 //! limits bound what waits. Hand-offs of partitions no longer assigned are
 //! forgotten; their new owner re-attempts those records.
 
-use std::{
-    collections::{BTreeMap, VecDeque},
-    panic::AssertUnwindSafe,
-    sync::Arc,
-    time::Duration,
-};
+use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use futures::FutureExt;
 
@@ -47,21 +42,12 @@ use crate::{
     attempt::Finished,
     config::CommitSettings,
     events,
-    handoff::Handoff,
+    handoff::{Batch, Handoff, Pending, RETRY_BACKOFF},
     metrics,
     part::{Key, Part},
 };
 
 use super::Engine;
-
-/// First back-off of a suspect partition (and of a failed offsets-only
-/// transaction); doubled while it keeps failing, up to [`MAX_BACKOFF`].
-const RETRY_BACKOFF: Duration = Duration::from_millis(500);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// Most hand-offs in one transaction.
-const MAX_HANDOFFS: usize = 5_000;
-/// Most hand-off bytes in one transaction (bounds its memory with large payloads).
-const MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// What a commit task returns.
 pub(super) struct Outcome {
@@ -75,28 +61,15 @@ pub(super) struct Outcome {
 struct InFlight {
     handoffs: Arc<Vec<Handoff>>,
     offsets: Vec<(Part, i64)>,
-    /// The suspect partition tried alone, if that is what this is.
     solo: Option<Part>,
     task: JoinHandle<Outcome>,
 }
 
-/// A partition whose hand-offs failed in a transaction.
-#[derive(Debug, Clone, Copy)]
-struct Suspect {
-    retry_at: Instant,
-    backoff: Duration,
-}
-
-/// The hand-offs waiting for a transaction and the one in progress.
+/// The transactional producer, the transaction in progress and what waits.
 pub(crate) struct Commits {
     transactor: Option<Transactor>,
     in_flight: Option<InFlight>,
-    /// Ended attempts' and quarantine decisions' hand-offs, not yet finished:
-    /// their source records still count as running.
-    deferred: Vec<Handoff>,
-    /// Finished hand-offs not yet committed, per partition, in offset order.
-    unsent: BTreeMap<Part, VecDeque<Handoff>>,
-    suspect: BTreeMap<Part, Suspect>,
+    pending: Pending,
     interval: Duration,
     last: Instant,
     /// After a failed offsets-only transaction.
@@ -109,12 +82,7 @@ pub(crate) struct Commits {
 impl std::fmt::Debug for Commits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Commits")
-            .field("deferred", &self.deferred.len())
-            .field(
-                "unsent",
-                &self.unsent.values().map(VecDeque::len).sum::<usize>(),
-            )
-            .field("suspect", &self.suspect.keys().collect::<Vec<_>>())
+            .field("pending", &self.pending.len())
             .field("in_flight", &self.in_flight.is_some())
             .finish_non_exhaustive()
     }
@@ -125,9 +93,7 @@ impl Commits {
         Self {
             transactor: Some(transactor),
             in_flight: None,
-            deferred: Vec::new(),
-            unsent: BTreeMap::new(),
-            suspect: BTreeMap::new(),
+            pending: Pending::default(),
             interval: settings.interval,
             last: Instant::now(),
             retry_at: None,
@@ -137,19 +103,12 @@ impl Commits {
 
     /// A hand-off to commit with its source offset.
     pub(crate) fn defer(&mut self, handoff: Handoff) {
-        self.deferred.push(handoff);
+        self.pending.defer(handoff);
     }
 
-    /// Forgets hand-offs of source records matching `which` (abandoned: their
-    /// offsets are left unfinished, or their partition is gone).
+    /// Forgets hand-offs of source records matching `which`.
     pub(crate) fn forget(&mut self, which: impl Fn(&Key) -> bool) {
-        self.deferred.retain(|h| !which(&h.key));
-        for queue in self.unsent.values_mut() {
-            queue.retain(|h| !which(&h.key));
-        }
-        self.unsent.retain(|_, q| !q.is_empty());
-        let unsent = &self.unsent;
-        self.suspect.retain(|part, _| unsent.contains_key(part));
+        self.pending.forget(which);
     }
 
     /// When the loop should look again, with no transaction in progress: the
@@ -159,12 +118,7 @@ impl Commits {
             return None;
         }
         let next = self.retry_at.unwrap_or(self.last + self.interval);
-        Some(
-            self.suspect
-                .values()
-                .map(|s| s.retry_at)
-                .fold(next, Instant::min),
-        )
+        Some(self.pending.next_retry().map_or(next, |at| at.min(next)))
     }
 
     pub(crate) fn in_flight(&self) -> bool {
@@ -186,52 +140,7 @@ impl Commits {
     }
 
     fn pending(&self) -> bool {
-        !self.deferred.is_empty() || !self.unsent.is_empty() || self.in_flight.is_some()
-    }
-
-    /// Takes the hand-offs of the next transaction: a due suspect partition's
-    /// alone, else every healthy partition's, within the bounds.
-    fn take(&mut self, now: Instant) -> (Vec<Handoff>, Option<Part>) {
-        let due = self
-            .suspect
-            .iter()
-            .find(|(_, s)| s.retry_at <= now)
-            .map(|(p, _)| *p);
-        let (parts, solo): (Vec<Part>, _) = match due {
-            Some(part) => (vec![part], Some(part)),
-            None => (
-                self.unsent
-                    .keys()
-                    .filter(|p| !self.suspect.contains_key(p))
-                    .copied()
-                    .collect(),
-                None,
-            ),
-        };
-        let (mut taken, mut bytes) = (Vec::new(), 0);
-        'parts: for part in parts {
-            let Some(queue) = self.unsent.get_mut(&part) else {
-                continue;
-            };
-            while let Some(h) = queue.front() {
-                if !taken.is_empty()
-                    && (taken.len() >= MAX_HANDOFFS || bytes + h.bytes() > MAX_BYTES)
-                {
-                    break 'parts;
-                }
-                bytes += h.bytes();
-                taken.extend(queue.pop_front());
-            }
-        }
-        self.unsent.retain(|_, q| !q.is_empty());
-        (taken, solo)
-    }
-
-    /// Puts a failed transaction's hand-offs back in front of their queues.
-    fn put_back(&mut self, handoffs: Vec<Handoff>) {
-        for h in handoffs.into_iter().rev() {
-            self.unsent.entry(h.key.0).or_default().push_front(h);
-        }
+        !self.pending.is_empty() || self.in_flight.is_some()
     }
 }
 
@@ -246,44 +155,38 @@ impl Engine {
         }
         let now = Instant::now();
         // Finished now, so that offsets may pass them: they commit in a
-        // transaction with them or the offset stops below them. A suspect
-        // partition's stay running (bounded by the buffers) until it recovers.
-        let deferred = std::mem::take(&mut self.commits.deferred);
-        for h in deferred {
-            if self.commits.suspect.contains_key(&h.key.0) {
-                self.commits.deferred.push(h);
-            } else {
-                self.machine.complete(h.key, Finished::Durable);
-                self.commits.unsent.entry(h.key.0).or_default().push_back(h);
-            }
+        // transaction with them, or the offset stops below them (`cap`).
+        for key in self.commits.pending.finish_ready() {
+            self.machine.complete(key, Finished::Durable);
         }
-        let (handoffs, solo) = self.commits.take(now);
+        let batch = self.commits.pending.take(now);
         let offsets_due = force
             || (now >= self.commits.last + self.commits.interval
                 && self.commits.retry_at.is_none_or(|at| now >= at));
-        if handoffs.is_empty() && !offsets_due {
+        if batch.handoffs.is_empty() && !offsets_due {
             return;
         }
-        let unsent = &self.commits.unsent;
+        let pending = &self.commits.pending;
         let offsets = self
             .machine
             .offsets_mut()
-            .to_commit(|part| unsent.get(&part).and_then(|q| q.front()).map(|h| h.key.1));
-        if handoffs.is_empty() && offsets.is_empty() {
+            .to_commit(|part| pending.cap(part));
+        if batch.handoffs.is_empty() && offsets.is_empty() {
             self.commits.last = now;
             return;
         }
         let groups = match self.group_offsets(&offsets) {
             Ok(groups) => groups,
             Err(why) => {
-                self.failed(handoffs, solo, now, &why, "aborted");
+                self.failed(batch, now, &why, "aborted");
                 return;
             }
         };
         let Some(mut transactor) = self.commits.transactor.take() else {
             return;
         };
-        let handoffs = Arc::new(handoffs);
+        let solo = batch.solo;
+        let handoffs = Arc::new(batch.handoffs);
         let batch = Arc::clone(&handoffs);
         let stop = self.commits.stop.clone();
         let task = tokio::spawn(async move {
@@ -379,9 +282,7 @@ impl Engine {
                 for h in &handoffs {
                     h.emit_written();
                 }
-                if let Some(part) = solo {
-                    self.commits.suspect.remove(&part);
-                }
+                self.commits.pending.committed(&Batch { handoffs, solo });
                 self.commits.last = now;
                 self.commits.retry_at = None;
             }
@@ -392,47 +293,34 @@ impl Engine {
                     "fenced"
                 };
                 metrics::transaction(outcome, took);
-                self.failed(handoffs, solo, now, &error, outcome);
+                self.failed(Batch { handoffs, solo }, now, &error, outcome);
             }
         }
     }
 
-    /// A transaction failed (or could not be started): its hand-offs go back,
-    /// and their partitions become suspect (a suspect's back-off grows).
+    /// A transaction failed (or could not be started): its hand-offs go back
+    /// and their partitions become suspect (`Pending::failed`).
     fn failed(
         &mut self,
-        mut handoffs: Vec<Handoff>,
-        solo: Option<Part>,
+        batch: Batch,
         now: Instant,
         error: &dyn std::fmt::Display,
         outcome: &'static str,
     ) {
         events::TransactionFailed {
             error,
-            handoffs: handoffs.len(),
+            handoffs: batch.handoffs.len(),
             outcome,
         }
         .emit();
-        handoffs.retain(|h| self.machine.is_assigned(h.key.0));
-        let c = &mut self.commits;
-        if handoffs.is_empty() && solo.is_none() {
-            c.retry_at = Some(now + RETRY_BACKOFF);
+        let machine = &self.machine;
+        if self
+            .commits
+            .pending
+            .failed(batch, now, |part| machine.is_assigned(part))
+        {
+            self.commits.retry_at = Some(now + RETRY_BACKOFF);
         }
-        for h in &handoffs {
-            let part = h.key.0;
-            let backoff = match (solo, c.suspect.get(&part)) {
-                (Some(s), Some(prev)) if s == part => (prev.backoff * 2).min(MAX_BACKOFF),
-                _ => RETRY_BACKOFF,
-            };
-            c.suspect.insert(
-                part,
-                Suspect {
-                    retry_at: now + backoff,
-                    backoff,
-                },
-            );
-        }
-        c.put_back(handoffs);
     }
 
     /// Commits everything pending (revoke, drain) until nothing is left or
@@ -445,11 +333,11 @@ impl Engine {
                     Err(_) => return false,
                 }
             }
-            let unsent = &self.commits.unsent;
+            let pending = &self.commits.pending;
             let moved = !self
                 .machine
                 .offsets_mut()
-                .to_commit(|part| unsent.get(&part).and_then(|q| q.front()).map(|h| h.key.1))
+                .to_commit(|part| pending.cap(part))
                 .is_empty();
             if !self.commits.pending() && !moved {
                 return true;
