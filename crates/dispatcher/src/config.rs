@@ -162,7 +162,7 @@ pub struct DispatcherArgs {
     pub fetch_wait_max: Duration,
 
     /// Transactional id of this replica's producer (default
-    /// `hookline-dispatcher-<group>-` and the `--group-instance-id`, else
+    /// `<group>-` and the `--group-instance-id`, else
     /// `$HOSTNAME-<pid>`). Unique between live replicas (two under one id fence
     /// each other) and stable across restarts of one: a restart then fences its
     /// predecessor and aborts its open transaction at once.
@@ -186,7 +186,6 @@ impl Config {
     pub fn transactional_id(&self) -> String {
         self.dispatcher.transactional_id.clone().unwrap_or_else(|| {
             hookline_runtime::kafka::txn::default_transactional_id(
-                crate::STAGE,
                 &self.dispatcher.group_id,
                 &self.common,
             )
@@ -645,6 +644,23 @@ mod tests {
     }
 
     #[test]
+    fn the_transactional_id_is_the_flag_else_group_and_replica() {
+        let given = parse(&["--transactional-id", "d-7"]).unwrap();
+        assert_eq!(given.settings().unwrap().commits.transactional_id, "d-7");
+        let static_member = parse(&["--group-instance-id", "pod-3"]).unwrap();
+        assert_eq!(
+            static_member.transactional_id(),
+            "hookline-dispatcher-pod-3"
+        );
+        let default = parse(&[]).unwrap().transactional_id();
+        let pid = std::process::id().to_string();
+        assert!(
+            default.starts_with("hookline-dispatcher-") && default.ends_with(&pid),
+            "{default}"
+        );
+    }
+
+    #[test]
     fn inconsistent_values_name_the_flag() {
         let cases: &[(&[&str], &str)] = &[
             (
@@ -665,6 +681,10 @@ mod tests {
             (&["--retry-tiers", "a=10s,a=1m"], "--retry-tiers"),
             (&["--retry-tiers", "a=0s"], "--retry-tiers"),
             (&["--retry-tiers", "a/b=1s"], "--retry-tiers"),
+            (&["--commit-interval", "0s"], "--commit-interval"),
+            (&["--commit-interval", "11s"], "--commit-interval"),
+            (&["--txn-timeout", "0s"], "--txn-timeout"),
+            (&["--transactional-id", ""], "--transactional-id"),
         ];
         for (args, flag) in cases {
             let err = parse(args).unwrap().settings().unwrap_err().to_string();

@@ -26,8 +26,8 @@ pub struct FanoutArgs {
 
     /// Transactional id of this replica; stable across restarts of the same
     /// replica fences its zombies, and two live replicas must never share one.
-    /// Defaults to `hookline-fanout-<group>-` and the `--group-instance-id`,
-    /// else `$HOSTNAME-<pid>`.
+    /// Defaults to `<group>-` and the `--group-instance-id`, else
+    /// `$HOSTNAME-<pid>`.
     #[arg(long, env = "HOOKLINE_FANOUT_TRANSACTIONAL_ID")]
     pub transactional_id: Option<String>,
 
@@ -82,11 +82,7 @@ impl FanoutArgs {
     /// The transactional id to use.
     pub fn transactional_id(&self, common: &hookline_runtime::config::CommonArgs) -> String {
         self.transactional_id.clone().unwrap_or_else(|| {
-            hookline_runtime::kafka::txn::default_transactional_id(
-                crate::STAGE,
-                &self.group_id,
-                common,
-            )
+            hookline_runtime::kafka::txn::default_transactional_id(&self.group_id, common)
         })
     }
 }

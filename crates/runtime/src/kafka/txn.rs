@@ -220,15 +220,15 @@ async fn create(common: &CommonArgs, spec: &TxnSpec) -> Result<FutureProducer, R
     Ok(producer)
 }
 
-/// The default transactional id of a stage's replica: `hookline-<stage>-<group>-`
-/// and the replica's identity — its `--group-instance-id` when static
+/// The default transactional id of a stage's replica: its consumer group,
+/// `-`, and the replica's identity — its `--group-instance-id` when static
 /// membership is on, else `$HOSTNAME` (a pod's name) and the process id (1 for a
 /// container's entrypoint, so a restarted container keeps it). A transactional
 /// id is global to the cluster: two live producers under one fence each other,
 /// so two processes on one host (tests, two groups) must never share one. A
 /// restart under the same id fences its predecessor at once; under a new one
 /// the predecessor's open transaction times out.
-pub fn default_transactional_id(stage: &str, group: &str, common: &CommonArgs) -> String {
+pub fn default_transactional_id(group: &str, common: &CommonArgs) -> String {
     let replica = common
         .group_instance_id
         .clone()
@@ -240,7 +240,7 @@ pub fn default_transactional_id(stage: &str, group: &str, common: &CommonArgs) -
                 .unwrap_or_else(|| "host".to_owned());
             format!("{host}-{}", std::process::id())
         });
-    format!("hookline-{stage}-{group}-{replica}")
+    format!("{group}-{replica}")
 }
 
 /// Runs a blocking transactional call, repeating it while librdkafka says the
