@@ -8,8 +8,14 @@
 //! [`Pending`] is the bookkeeping of what waits for a transaction, with no
 //! Kafka and the time passed in (tested below):
 //! - a deferred hand-off's source record is still running; it is finished
-//!   when taken into `unsent`, just before a transaction is built, and never
-//!   while its partition is suspect (so the machine's buffers bound it);
+//!   when taken into `unsent`, just before a transaction is built — and only
+//!   when it is its partition's lowest unfinished record, so the transaction
+//!   that writes it also moves the partition's committed offset past it. A
+//!   hand-off committed with an offset below its record would be written
+//!   again by whoever re-reads the record after a crash: a forked retry chain.
+//!   Records finish out of order (lanes run concurrently), so a hand-off waits,
+//!   still running and so bounded by the machine's buffers, for the records
+//!   before it; and never while its partition is suspect;
 //! - a partition's offset may pass its finished records only when their
 //!   hand-offs are in the same transaction: [`Pending::cap`] is the first one
 //!   left out;
@@ -30,6 +36,11 @@ use crate::{
     events,
     part::{Key, Part},
 };
+
+/// Writes pending per partition (quarantined records, follow-ups waiting for
+/// the records before them or for a failing transaction) at which the
+/// partition is paused (resumed at half), so they cannot hold unbounded memory.
+pub(crate) const PARTITION_PENDING_CAP: usize = 256;
 
 /// First back-off of a suspect partition (and of a failed offsets-only
 /// transaction); doubled while it keeps failing, up to [`MAX_BACKOFF`].
@@ -117,8 +128,9 @@ pub(crate) struct Batch {
 /// What waits for a transaction.
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
-    /// Not yet finished: their source records still count as running.
-    deferred: Vec<Handoff>,
+    /// Not yet finished, per partition by offset: their source records still
+    /// count as running.
+    deferred: BTreeMap<Part, BTreeMap<i64, Handoff>>,
     /// Finished, not yet committed, per partition, in the order finished.
     unsent: BTreeMap<Part, VecDeque<Handoff>>,
     suspect: BTreeMap<Part, Suspect>,
@@ -126,23 +138,38 @@ pub(crate) struct Pending {
 
 impl Pending {
     pub(crate) fn defer(&mut self, handoff: Handoff) {
-        self.deferred.push(handoff);
+        let (part, offset) = handoff.key;
+        self.deferred
+            .entry(part)
+            .or_default()
+            .insert(offset, handoff);
     }
 
-    /// Moves the deferred hand-offs of healthy partitions to `unsent` and
-    /// returns their keys, for the machine to finish; a suspect partition's
-    /// stay deferred.
-    pub(crate) fn finish_ready(&mut self) -> Vec<Key> {
-        let mut keys = Vec::new();
-        for h in std::mem::take(&mut self.deferred) {
-            if self.suspect.contains_key(&h.key.0) {
-                self.deferred.push(h);
-            } else {
-                keys.push(h.key);
-                self.unsent.entry(h.key.0).or_default().push_back(h);
-            }
+    /// Partitions with deferred hand-offs that may be finished (not suspect).
+    pub(crate) fn ready_parts(&self) -> Vec<Part> {
+        self.deferred
+            .keys()
+            .filter(|p| !self.suspect.contains_key(p))
+            .copied()
+            .collect()
+    }
+
+    /// Moves the deferred hand-off of `part` at `lowest` — the partition's
+    /// lowest unfinished offset — to `unsent`, and returns its key for the
+    /// machine to finish; `None` when the record there is not a deferred
+    /// hand-off (an attempt still running, or a queued record), or the
+    /// partition is suspect.
+    pub(crate) fn finish_lowest(&mut self, part: Part, lowest: i64) -> Option<Key> {
+        if self.suspect.contains_key(&part) {
+            return None;
         }
-        keys
+        let queue = self.deferred.get_mut(&part)?;
+        let h = queue.remove(&lowest)?;
+        if queue.is_empty() {
+            self.deferred.remove(&part);
+        }
+        self.unsent.entry(part).or_default().push_back(h);
+        Some((part, lowest))
     }
 
     /// The next transaction's hand-offs: a due suspect partition's alone, else
@@ -239,15 +266,17 @@ impl Pending {
     /// Forgets hand-offs of source records matching `which` (abandoned, or
     /// their partition is gone).
     pub(crate) fn forget(&mut self, which: impl Fn(&Key) -> bool) {
-        self.deferred.retain(|h| !which(&h.key));
+        for queue in self.deferred.values_mut() {
+            queue.retain(|_, h| !which(&h.key));
+        }
+        self.deferred.retain(|_, q| !q.is_empty());
         for queue in self.unsent.values_mut() {
             queue.retain(|h| !which(&h.key));
         }
         self.unsent.retain(|_, q| !q.is_empty());
         let (unsent, deferred) = (&self.unsent, &self.deferred);
-        self.suspect.retain(|part, _| {
-            unsent.contains_key(part) || deferred.iter().any(|h| h.key.0 == *part)
-        });
+        self.suspect
+            .retain(|part, _| unsent.contains_key(part) || deferred.contains_key(part));
     }
 
     /// The earliest time a suspect partition is due again.
@@ -263,7 +292,7 @@ impl Pending {
     /// How many hand-offs wait, deferred and unsent.
     pub(crate) fn len(&self) -> (usize, usize) {
         (
-            self.deferred.len(),
+            self.deferred.values().map(BTreeMap::len).sum(),
             self.unsent.values().map(VecDeque::len).sum(),
         )
     }
@@ -271,6 +300,8 @@ impl Pending {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     const A: Part = Part {
@@ -303,13 +334,43 @@ mod tests {
         batch.handoffs.iter().map(|h| h.key).collect()
     }
 
+    /// The machine's unfinished records, as the engine asks it.
+    #[derive(Default)]
+    struct Unfinished(BTreeSet<Key>);
+
+    impl Unfinished {
+        fn lowest(&self, part: Part) -> Option<i64> {
+            self.0.iter().find(|k| k.0 == part).map(|k| k.1)
+        }
+
+        /// Defers hand-offs at `keys` (their records unfinished).
+        fn defer(&mut self, p: &mut Pending, keys: &[(Part, i64)]) {
+            for &(part, offset) in keys {
+                self.0.insert((part, offset));
+                p.defer(h(part, offset, 10));
+            }
+        }
+
+        /// What the engine does before a transaction: finishes each
+        /// partition's lowest unfinished record while it is a hand-off.
+        fn finish_ready(&mut self, p: &mut Pending) -> Vec<Key> {
+            let mut done = Vec::new();
+            for part in p.ready_parts() {
+                while let Some(key) = self.lowest(part).and_then(|l| p.finish_lowest(part, l)) {
+                    self.0.remove(&key);
+                    done.push(key);
+                }
+            }
+            done
+        }
+    }
+
     #[test]
     fn a_healthy_batch_takes_every_finished_hand_off_in_order() {
         let mut p = Pending::default();
-        for (part, offset) in [(A, 3), (B, 1), (A, 5), (T, 9)] {
-            p.defer(h(part, offset, 10));
-        }
-        assert_eq!(p.finish_ready(), vec![(A, 3), (B, 1), (A, 5), (T, 9)]);
+        let mut u = Unfinished::default();
+        u.defer(&mut p, &[(A, 3), (B, 1), (A, 5), (T, 9)]);
+        assert_eq!(u.finish_ready(&mut p), vec![(A, 3), (A, 5), (B, 1), (T, 9)]);
         assert_eq!(p.cap(A), Some(3));
         let batch = p.take(Instant::now());
         assert_eq!(batch.solo, None);
@@ -319,12 +380,33 @@ mod tests {
     }
 
     #[test]
+    fn a_hand_off_waits_for_the_records_before_it() {
+        let mut p = Pending::default();
+        let mut u = Unfinished::default();
+        // Record 4 of A is an attempt still running; 5 and 7 ended with hand-offs.
+        u.0.insert((A, 4));
+        u.defer(&mut p, &[(A, 5), (A, 7)]);
+        assert!(
+            u.finish_ready(&mut p).is_empty(),
+            "its offset could not pass them"
+        );
+        assert!(p.take(Instant::now()).handoffs.is_empty());
+        // 4 ends delivered (finished, no hand-off): 5 goes; 6 still runs.
+        u.0.remove(&(A, 4));
+        u.0.insert((A, 6));
+        assert_eq!(u.finish_ready(&mut p), vec![(A, 5)]);
+        u.0.remove(&(A, 6));
+        assert_eq!(u.finish_ready(&mut p), vec![(A, 7)]);
+        assert_eq!(keys(&p.take(Instant::now())), vec![(A, 5), (A, 7)]);
+    }
+
+    #[test]
     fn a_batch_is_bounded_and_the_rest_caps_the_offsets() {
         let mut p = Pending::default();
-        for offset in 0..(MAX_HANDOFFS as i64 + 3) {
-            p.defer(h(A, offset, 1));
-        }
-        p.finish_ready();
+        let mut u = Unfinished::default();
+        let keys_a: Vec<Key> = (0..(MAX_HANDOFFS as i64 + 3)).map(|o| (A, o)).collect();
+        u.defer(&mut p, &keys_a);
+        u.finish_ready(&mut p);
         let batch = p.take(Instant::now());
         assert_eq!(batch.handoffs.len(), MAX_HANDOFFS);
         assert_eq!(p.cap(A), Some(MAX_HANDOFFS as i64));
@@ -332,7 +414,8 @@ mod tests {
         let mut p = Pending::default();
         p.defer(h(A, 0, MAX_BYTES + 1));
         p.defer(h(A, 1, 1));
-        p.finish_ready();
+        p.finish_lowest(A, 0);
+        p.finish_lowest(A, 1);
         assert_eq!(keys(&p.take(Instant::now())), vec![(A, 0)]);
         assert_eq!(keys(&p.take(Instant::now())), vec![(A, 1)]);
     }
@@ -341,18 +424,20 @@ mod tests {
     fn a_failed_batch_makes_its_partitions_suspect_and_each_is_tried_alone() {
         let now = Instant::now();
         let mut p = Pending::default();
-        for (part, offset) in [(A, 1), (A, 2), (B, 7)] {
-            p.defer(h(part, offset, 10));
-        }
-        p.finish_ready();
+        let mut u = Unfinished::default();
+        u.defer(&mut p, &[(A, 1), (A, 2), (B, 7)]);
+        u.finish_ready(&mut p);
         let batch = p.take(now);
         assert!(!p.failed(batch, now, |_| true));
         assert_eq!((p.cap(A), p.cap(B)), (Some(1), Some(7)), "back, in order");
         assert_eq!(p.next_retry(), Some(now + RETRY_BACKOFF));
         // Not due yet: nothing of a suspect goes, and a healthy one's does.
-        p.defer(h(T, 4, 10));
-        p.defer(h(A, 3, 10));
-        assert_eq!(p.finish_ready(), vec![(T, 4)], "a suspect's stay running");
+        u.defer(&mut p, &[(T, 4), (A, 3)]);
+        assert_eq!(
+            u.finish_ready(&mut p),
+            vec![(T, 4)],
+            "a suspect's stay running"
+        );
         let healthy = p.take(now);
         assert_eq!((keys(&healthy), healthy.solo), (vec![(T, 4)], None));
         // Due: one suspect alone.
@@ -360,7 +445,11 @@ mod tests {
         let solo = p.take(later);
         assert_eq!((keys(&solo), solo.solo), (vec![(A, 1), (A, 2)], Some(A)));
         p.committed(&solo);
-        assert_eq!(p.finish_ready(), vec![(A, 3)], "healthy again: finished");
+        assert_eq!(
+            u.finish_ready(&mut p),
+            vec![(A, 3)],
+            "healthy again: finished"
+        );
         let next = p.take(later);
         assert_eq!((keys(&next), next.solo), (vec![(B, 7)], Some(B)));
     }
@@ -369,8 +458,9 @@ mod tests {
     fn a_suspect_that_keeps_failing_backs_off_longer_up_to_the_bound() {
         let mut now = Instant::now();
         let mut p = Pending::default();
-        p.defer(h(A, 1, 10));
-        p.finish_ready();
+        let mut u = Unfinished::default();
+        u.defer(&mut p, &[(A, 1)]);
+        u.finish_ready(&mut p);
         let first = p.take(now);
         p.failed(first, now, |_| true);
         let mut waits = Vec::new();
@@ -389,8 +479,8 @@ mod tests {
         );
         assert_eq!(p.cap(A), Some(1), "its offset stays below it");
         // Meanwhile another partition's hand-offs go, without A's.
-        p.defer(h(B, 2, 10));
-        p.finish_ready();
+        u.defer(&mut p, &[(B, 2)]);
+        u.finish_ready(&mut p);
         let other = p.take(now);
         assert_eq!((keys(&other), other.solo), (vec![(B, 2)], None));
     }
@@ -399,14 +489,13 @@ mod tests {
     fn revoked_partitions_are_dropped_on_failure_and_forgotten() {
         let now = Instant::now();
         let mut p = Pending::default();
-        for (part, offset) in [(A, 1), (B, 2)] {
-            p.defer(h(part, offset, 10));
-        }
-        p.finish_ready();
+        let mut u = Unfinished::default();
+        u.defer(&mut p, &[(A, 1), (B, 2)]);
+        u.finish_ready(&mut p);
         let batch = p.take(now);
         p.failed(batch, now, |part| part != B);
         assert_eq!((p.cap(A), p.cap(B)), (Some(1), None), "B is gone");
-        p.defer(h(A, 3, 10));
+        u.defer(&mut p, &[(A, 3)]);
         p.forget(|k| k.0 == A);
         assert!(p.is_empty());
         assert_eq!(p.next_retry(), None, "no suspect left");

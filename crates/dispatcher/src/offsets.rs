@@ -42,8 +42,7 @@ impl Offsets {
         }
     }
 
-    /// The offset that would be committed for `part` (for tests and gauges).
-    #[cfg(test)]
+    /// The lowest unfinished offset of `part`, or one past the last tracked.
     pub(crate) fn committable(&self, part: Part) -> Option<i64> {
         self.parts.get(&part)?.watermark.committable()
     }

@@ -8,8 +8,8 @@
 //! Guarantees: the quarantined record is a hand-off (`handoff.rs`): it commits
 //! in one transaction with the source offset, so it is written exactly once
 //! for a `read_committed` reader, crash or not. Until its transaction is
-//! built the record counts as pending; records behind it are attempted
-//! meanwhile; only the committed offset waits.
+//! built the record counts as a pending write (`Hold::Writes`); records behind
+//! it are attempted meanwhile; only the committed offset waits.
 
 use hookline_envelope::{encode, QuarantineReason, QuarantinedEvent};
 
@@ -17,11 +17,6 @@ use crate::{
     handoff::{Handoff, Written},
     part::Key,
 };
-
-/// Quarantine writes pending per partition at which the partition is paused
-/// (resumed at half), so a flood of bad records while transactions fail
-/// cannot hold unbounded memory.
-pub(crate) const PARTITION_PENDING_CAP: usize = 64;
 
 /// The hand-off that writes `record` (the source record at `key`) to `topic`.
 pub(crate) fn handoff(

@@ -154,10 +154,17 @@ impl Engine {
             return;
         }
         let now = Instant::now();
-        // Finished now, so that offsets may pass them: they commit in a
-        // transaction with them, or the offset stops below them (`cap`).
-        for key in self.commits.pending.finish_ready() {
-            self.machine.complete(key, Finished::Durable);
+        // Finished now, each only as its partition's lowest unfinished record,
+        // so that the offset in the transaction that writes it passes it
+        // (`Pending`); a partition's offset stops below any left out (`cap`).
+        for part in self.commits.pending.ready_parts() {
+            while let Some(key) = self
+                .machine
+                .lowest_unfinished(part)
+                .and_then(|lowest| self.commits.pending.finish_lowest(part, lowest))
+            {
+                self.machine.complete(key, Finished::Durable);
+            }
         }
         let batch = self.commits.pending.take(now);
         let offsets_due = force

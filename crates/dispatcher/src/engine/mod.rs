@@ -381,7 +381,10 @@ impl Engine {
                     Ended::Done => self.machine.complete(key, Finished::Durable),
                     Ended::Abandoned => self.machine.complete(key, Finished::Abandoned),
                     // Finished when it goes into a transaction (`commit.rs`).
-                    Ended::Handoff(handoff) => self.commits.defer(*handoff),
+                    Ended::Handoff(handoff) => {
+                        self.machine.attempt_ended(key);
+                        self.commits.defer(*handoff);
+                    }
                 }
             }
             Err(e) => {

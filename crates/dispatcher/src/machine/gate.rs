@@ -23,9 +23,10 @@ pub(crate) enum Hold {
     /// The lanes' buffer for the partition (or the total buffer) is full;
     /// released when the lanes report it below its low water.
     Buffer,
-    /// Too many quarantine writes of the partition are pending; released at
-    /// half of [`QUARANTINE_PENDING_CAP`](crate::quarantine::PARTITION_PENDING_CAP).
-    Quarantine,
+    /// Too many writes of the partition are pending (quarantined records and
+    /// attempts' follow-ups not yet in a transaction); released at half of
+    /// [`PARTITION_PENDING_CAP`](crate::handoff::PARTITION_PENDING_CAP).
+    Writes,
     /// A tier partition's head is not due; released at its due time.
     NotDue,
     /// The poller has been asked to pause and seek back; released by its answer.
@@ -33,12 +34,7 @@ pub(crate) enum Hold {
 }
 
 impl Hold {
-    pub(crate) const ALL: [Hold; 4] = [
-        Hold::Buffer,
-        Hold::Quarantine,
-        Hold::NotDue,
-        Hold::Rewinding,
-    ];
+    pub(crate) const ALL: [Hold; 4] = [Hold::Buffer, Hold::Writes, Hold::NotDue, Hold::Rewinding];
 }
 
 /// What the adapter must do to the consumer.
@@ -68,9 +64,9 @@ struct Rewind {
 #[derive(Debug, Default)]
 struct Entry {
     buffer: bool,
-    /// Quarantine writes in flight.
-    quarantine_pending: usize,
-    quarantine: bool,
+    /// Writes pending (quarantined records, follow-ups).
+    writes_pending: usize,
+    writes: bool,
     rewind: Option<Rewind>,
     /// What we last asked of librdkafka: paused or fetching.
     paused: bool,
@@ -82,16 +78,16 @@ pub(crate) struct Gate {
     parts: BTreeMap<Part, Entry>,
     /// Heads not yet due, by partition: the `NotDue` reason.
     timers: DueTimers<Part>,
-    quarantine_cap: usize,
+    writes_cap: usize,
     generation: u64,
 }
 
 impl Gate {
-    pub(crate) fn new(quarantine_cap: usize) -> Self {
+    pub(crate) fn new(writes_cap: usize) -> Self {
         Self {
             parts: BTreeMap::new(),
             timers: DueTimers::new(),
-            quarantine_cap,
+            writes_cap,
             generation: 0,
         }
     }
@@ -120,7 +116,7 @@ impl Gate {
         };
         match reason {
             Hold::Buffer => e.buffer,
-            Hold::Quarantine => e.quarantine,
+            Hold::Writes => e.writes,
             Hold::NotDue => self.timers.is_paused(&part),
             Hold::Rewinding => e.rewind.is_some(),
         }
@@ -154,28 +150,28 @@ impl Gate {
         }
     }
 
-    /// A quarantine write of `part` started.
-    pub(crate) fn quarantine_started(&mut self, part: Part, out: &mut Vec<GateAction>) {
-        let cap = self.quarantine_cap;
+    /// A write of `part` became pending (a quarantined record, a follow-up).
+    pub(crate) fn write_started(&mut self, part: Part, out: &mut Vec<GateAction>) {
+        let cap = self.writes_cap;
         let Some(e) = self.parts.get_mut(&part) else {
             return;
         };
-        e.quarantine_pending += 1;
-        if e.quarantine_pending >= cap && !e.quarantine {
-            e.quarantine = true;
-            self.pause(part, Hold::Quarantine, out);
+        e.writes_pending += 1;
+        if e.writes_pending >= cap && !e.writes {
+            e.writes = true;
+            self.pause(part, Hold::Writes, out);
         }
     }
 
-    /// A quarantine write of `part` ended (acknowledged or abandoned).
-    pub(crate) fn quarantine_ended(&mut self, part: Part, out: &mut Vec<GateAction>) {
-        let cap = self.quarantine_cap;
+    /// A pending write of `part` went into a transaction (or was abandoned).
+    pub(crate) fn write_ended(&mut self, part: Part, out: &mut Vec<GateAction>) {
+        let cap = self.writes_cap;
         let Some(e) = self.parts.get_mut(&part) else {
             return;
         };
-        e.quarantine_pending = e.quarantine_pending.saturating_sub(1);
-        if e.quarantine && e.quarantine_pending <= cap / 2 {
-            e.quarantine = false;
+        e.writes_pending = e.writes_pending.saturating_sub(1);
+        if e.writes && e.writes_pending <= cap / 2 {
+            e.writes = false;
             self.maybe_resume(part, out);
         }
     }

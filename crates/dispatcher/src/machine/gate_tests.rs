@@ -32,9 +32,9 @@ fn assigned() -> Gate {
 fn hold(gate: &mut Gate, reason: Hold, out: &mut Vec<GateAction>) -> Option<u64> {
     match reason {
         Hold::Buffer => gate.hold_buffer(P, out),
-        Hold::Quarantine => {
+        Hold::Writes => {
             for _ in 0..CAP {
-                gate.quarantine_started(P, out);
+                gate.write_started(P, out);
             }
         }
         // A head not due asks for a rewind: both reasons at once.
@@ -53,9 +53,9 @@ fn hold(gate: &mut Gate, reason: Hold, out: &mut Vec<GateAction>) -> Option<u64>
 fn release(gate: &mut Gate, reason: Hold, generation: Option<u64>, out: &mut Vec<GateAction>) {
     match reason {
         Hold::Buffer => gate.release_buffer(P, out),
-        Hold::Quarantine => {
+        Hold::Writes => {
             for _ in 0..CAP - CAP / 2 {
-                gate.quarantine_ended(P, out);
+                gate.write_ended(P, out);
             }
         }
         Hold::NotDue => gate.due(t(1_000), out),
@@ -149,21 +149,21 @@ fn quarantine_holds_from_the_cap_until_half() {
     let mut gate = assigned();
     let mut out = Vec::new();
     for _ in 0..CAP - 1 {
-        gate.quarantine_started(P, &mut out);
+        gate.write_started(P, &mut out);
     }
     assert!(out.is_empty(), "below the cap: {out:?}");
-    gate.quarantine_started(P, &mut out);
+    gate.write_started(P, &mut out);
     assert_eq!(
         out,
         vec![GateAction::Pause {
             part: P,
-            reason: Hold::Quarantine
+            reason: Hold::Writes
         }]
     );
     out.clear();
-    gate.quarantine_ended(P, &mut out);
+    gate.write_ended(P, &mut out);
     assert!(out.is_empty(), "above half: {out:?}");
-    gate.quarantine_ended(P, &mut out);
+    gate.write_ended(P, &mut out);
     assert_eq!(out, vec![GateAction::Resume(P)]);
 }
 
@@ -229,7 +229,7 @@ fn assignment_resumes_and_forgets_every_reason() {
     gate.hold_buffer(P, &mut out);
     gate.hold_until(P, 7, t(500), &mut out);
     for _ in 0..CAP {
-        gate.quarantine_started(P, &mut out);
+        gate.write_started(P, &mut out);
     }
     assert!(gate.is_held(P));
     out.clear();
@@ -296,12 +296,12 @@ proptest! {
                 Op::HoldBuffer => { gate.hold_buffer(P, &mut out); model.buffer = true; }
                 Op::ReleaseBuffer => { gate.release_buffer(P, &mut out); model.buffer = false; }
                 Op::QuarantineStarted => {
-                    gate.quarantine_started(P, &mut out);
+                    gate.write_started(P, &mut out);
                     model.pending += 1;
                     model.quarantine |= model.pending >= CAP;
                 }
                 Op::QuarantineEnded => {
-                    gate.quarantine_ended(P, &mut out);
+                    gate.write_ended(P, &mut out);
                     model.pending = model.pending.saturating_sub(1);
                     model.quarantine &= model.pending > CAP / 2;
                 }

@@ -6,15 +6,16 @@
 //! (`tests.rs`, `gate_tests.rs`) drive it without a broker.
 //!
 //! Guarantees:
-//! - at least once: an offset is finished only after an attempt reports its
-//!   outcome durable, a cancellation, or a durable quarantine write; a panicked
-//!   attempt is queued again, never finished;
+//! - at least once: an offset is finished only after an attempt ends
+//!   delivered or cancelled, or its follow-up (or a quarantined record) goes
+//!   into a transaction; a panicked attempt is queued again, never finished;
 //! - never early: a retry-tier record is queued only once `now ≥ due_at`; a head
 //!   not yet due holds its partition (`Hold::NotDue`) and rewinds it, and what
 //!   was fetched before the rewind is dropped, to be fetched again;
 //! - bounded memory: a partition whose buffer share is full is held
 //!   (`Hold::Buffer`) until the lanes report it drained; one with too many
-//!   quarantine writes pending likewise (`Hold::Quarantine`);
+//!   writes pending (quarantined records, follow-ups waiting for their
+//!   transaction) likewise (`Hold::Writes`);
 //! - fairness: `hookline_core::Lanes` decides what starts;
 //! - revoke: a revoked partition's queued records are dropped (not finished),
 //!   its holds forgotten; its in-flight attempts may still complete.
@@ -45,9 +46,10 @@ pub(crate) use gate::Hold;
 
 use crate::{
     attempt::{Finished, Refusal, Target},
+    handoff,
     offsets::Offsets,
     part::{Input, Key, Part},
-    quarantine, DispatcherError,
+    DispatcherError,
 };
 
 /// What the machine needs to know of the subscriptions, read when it decides.
@@ -130,8 +132,9 @@ enum Running {
         delivery: Box<Delivery>,
         ready_since: SystemTime,
     },
-    /// The quarantine write of a record that is not a `Delivery`.
-    Quarantine,
+    /// A write pending: the quarantine record of a record that is not a
+    /// `Delivery`, or the follow-up of an ended attempt (its lane slot freed).
+    Write,
 }
 
 /// Counts for the gauges.
@@ -170,7 +173,7 @@ impl Machine {
             inputs,
             lanes: Lanes::new(limits)?,
             offsets: Offsets::default(),
-            gate: Gate::new(quarantine::PARTITION_PENDING_CAP),
+            gate: Gate::new(handoff::PARTITION_PENDING_CAP),
             queued: HashMap::new(),
             running: HashMap::new(),
             actions: Vec::new(),
@@ -240,9 +243,9 @@ impl Machine {
         let delivery: Delivery = match decode_value(payload) {
             Ok(d) => d,
             Err(unusable) => {
-                self.running.insert((part, offset), Running::Quarantine);
+                self.running.insert((part, offset), Running::Write);
                 let mut out = Vec::new();
-                self.gate.quarantine_started(part, &mut out);
+                self.gate.write_started(part, &mut out);
                 self.gate_actions(out);
                 return Intake::Quarantine(unusable);
             }
@@ -305,7 +308,8 @@ impl Machine {
         }
     }
 
-    /// Work of `key` ended: an attempt or a quarantine write. A key no longer
+    /// Work of `key` ended: an attempt, or its pending write went into a
+    /// transaction. A key no longer
     /// running (abandoned by a revoke or a drain) is ignored.
     pub(crate) fn complete(&mut self, key: Key, finished: Finished) {
         let Some(run) = self.running.remove(&key) else {
@@ -315,6 +319,24 @@ impl Machine {
         if finished == Finished::Durable {
             self.finish(key);
         }
+    }
+
+    /// An attempt ended with a follow-up to write: its lane slot is freed (the
+    /// next of its lane may start), its offset stays unfinished and counts as a
+    /// pending write until [`complete`](Self::complete) (`engine/commit.rs`).
+    pub(crate) fn attempt_ended(&mut self, key: Key) {
+        let Some(run) = self.running.get(&key) else {
+            return;
+        };
+        if !matches!(run, Running::Attempt { .. }) {
+            return;
+        }
+        if let Some(run) = self.running.insert(key, Running::Write) {
+            self.release(key, &run);
+        }
+        let mut out = Vec::new();
+        self.gate.write_started(key.0, &mut out);
+        self.gate_actions(out);
     }
 
     /// The task of `key` panicked: an attempt is queued again (its offset stays
@@ -345,9 +367,9 @@ impl Machine {
                         .push(Note::LanesRefusedCompletion(error.to_string()));
                 }
             }
-            Running::Quarantine => {
+            Running::Write => {
                 let mut out = Vec::new();
-                self.gate.quarantine_ended(key.0, &mut out);
+                self.gate.write_ended(key.0, &mut out);
                 self.gate_actions(out);
             }
         }
@@ -407,6 +429,12 @@ impl Machine {
             self.gate.revoke(*part);
         }
         dropped
+    }
+
+    /// The lowest unfinished offset of `part` (one past the last when all are
+    /// finished; `None` when nothing is tracked).
+    pub(crate) fn lowest_unfinished(&self, part: Part) -> Option<i64> {
+        self.offsets.committable(part)
     }
 
     /// Whether `part` is assigned (and not revoked).

@@ -13,8 +13,8 @@ use hookline_envelope::{encode, Delivery};
 use super::{Action, Directory, GateAction, Hold, Intake, Machine, Note};
 use crate::{
     attempt::{Finished, Refusal, Target},
+    handoff::PARTITION_PENDING_CAP,
     part::{Input, Key, Part},
-    quarantine::PARTITION_PENDING_CAP,
 };
 
 /// A partition of `deliveries` and one of the tier.
@@ -187,6 +187,53 @@ fn offset_is_finished_only_when_the_attempt_is_durable() {
 }
 
 #[test]
+fn an_attempt_with_a_follow_up_frees_its_slot_but_not_its_offset() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = machine(100);
+    for offset in 0..2 {
+        push(&mut m, D, offset, &delivery("s", t(0)), t(0), &dir);
+    }
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 0)], "max_in_flight 1");
+    m.attempt_ended((D, 0));
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 1)], "its slot is free");
+    assert_eq!(m.lowest_unfinished(D), Some(0), "its offset is not");
+    assert!(m.is_running(|k| *k == (D, 0)), "a pending write");
+    assert_eq!(m.running_attempts(), 1);
+    m.complete((D, 0), Finished::Durable);
+    assert_eq!(m.lowest_unfinished(D), Some(1));
+    // An abandoned follow-up (a revoke) leaves its offset unfinished.
+    m.attempt_ended((D, 1));
+    assert_eq!(m.abandon(|k| *k == (D, 1)), vec![(D, 1)]);
+    assert_eq!(m.lowest_unfinished(D), Some(1));
+    assert!(m.take_notes().is_empty());
+}
+
+#[test]
+fn pending_follow_ups_hold_the_partition_from_the_cap_to_half() {
+    let dir = Dir::with(&[("s", 1_000, true)]);
+    let mut m = machine(1_000);
+    let cap = i64::try_from(PARTITION_PENDING_CAP).unwrap();
+    for offset in 0..cap {
+        push(&mut m, D, offset, &delivery("s", t(0)), t(0), &dir);
+    }
+    // Each ended attempt frees its slot, so the caps never stop the next.
+    let mut ended = 0;
+    while ended < PARTITION_PENDING_CAP {
+        let started = start(&mut m, t(0), &dir);
+        assert!(!started.is_empty(), "stuck after {ended}");
+        for key in started {
+            m.attempt_ended(key);
+            ended += 1;
+        }
+    }
+    assert!(m.gate().holds(D, Hold::Writes));
+    for offset in 0..cap / 2 {
+        m.complete((D, offset), Finished::Durable);
+    }
+    assert!(!m.gate().holds(D, Hold::Writes), "released at half");
+}
+
+#[test]
 fn full_buffer_holds_the_partition_until_the_lanes_drain_below_half() {
     let dir = Dir::with(&[("s", 1, true)]);
     let mut m = machine(4);
@@ -291,7 +338,7 @@ fn quarantine_writes_hold_the_partition_from_the_cap_to_half() {
         gates(&mut m),
         vec![GateAction::Pause {
             part: D,
-            reason: Hold::Quarantine
+            reason: Hold::Writes
         }]
     );
     for offset in 0..cap {
@@ -319,7 +366,7 @@ fn buffer_and_quarantine_release_only_together() {
     push(&mut m, D, cap + 1, &delivery("s", t(0)), t(0), &dir);
     let held = gates(&mut m);
     assert_eq!(held.len(), 1, "paused once for two reasons: {held:?}");
-    assert!(m.gate().holds(D, Hold::Buffer) && m.gate().holds(D, Hold::Quarantine));
+    assert!(m.gate().holds(D, Hold::Buffer) && m.gate().holds(D, Hold::Writes));
     for offset in 0..cap {
         m.complete((D, offset), Finished::Durable);
     }
