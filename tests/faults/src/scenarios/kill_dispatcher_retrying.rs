@@ -107,12 +107,23 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
         let pid = d.stage().pid();
         d.kill().await?;
         let restarting = Instant::now();
-        let how = if k == NEW_ID_AT {
-            d.restart_as("dispatcher-b", &txn_b).await?;
-            "under a new transactional id"
-        } else {
-            d.restart().await?;
-            "with the same transactional id"
+        let how = match (k == NEW_ID_AT, d.transactional()) {
+            (true, transactional) => {
+                d.restart_as("dispatcher-b", &txn_b).await?;
+                if transactional {
+                    "under a new transactional id"
+                } else {
+                    "as a new incarnation"
+                }
+            }
+            (false, true) => {
+                d.restart().await?;
+                "with the same transactional id"
+            }
+            (false, false) => {
+                d.restart().await?;
+                "with the same flags"
+            }
         };
         r.inject(format!(
             "kill {k}: t={:.1}s kill -9 dispatcher (pid {pid}): its first attempt came {:.1} s after ready, \

@@ -29,10 +29,13 @@ const TENANTS: [&str; 8] = ["t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"];
 const SUBS_PER_TENANT: usize = 4;
 /// Events per second; × `SUBS_PER_TENANT` deliveries per second.
 const RATE: f64 = 250.0;
-const SECONDS: f64 = 65.0;
+const SECONDS: f64 = 80.0;
 const KILLS: usize = 5;
-/// Steady delivery before the first kill and after each restart's first attempt.
-const STEADY: Duration = Duration::from_secs(4);
+/// Steady delivery before each kill: the backlog a restart (and its
+/// rebalance) left is drained, and the rate has stayed near the input's this long.
+const STEADY: Duration = Duration::from_secs(2);
+/// Longest wait for it; the kill then comes anyway (its rate says so).
+const STEADY_WAIT: Duration = Duration::from_secs(20);
 /// The endpoint's answer time: attempts in flight ≈ rate × this.
 const ANSWER: Duration = Duration::from_millis(20);
 
@@ -86,7 +89,7 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
             p.wait_for_requests(base + 1, STALL).await,
             "no attempt within {STALL:?} of the dispatcher's restart (kill {k})"
         );
-        tokio::time::sleep(STEADY).await;
+        wait_steady(&p).await;
         let in_flight_gauge = gauge(&d, "hookline_dispatcher_in_flight").await;
         let at = StdInstant::now();
         d.kill().await?;
@@ -117,6 +120,26 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
     d.stop().await?;
     p.stop().await?;
     Ok(())
+}
+
+/// Waits until the last `STEADY` delivered at the input's rate (±25%, per
+/// second): a restart's backlog is drained. Gives up after `STEADY_WAIT`.
+async fn wait_steady(p: &Pipeline) {
+    let target = RATE * SUBS_PER_TENANT as f64;
+    let deadline = Instant::now() + STEADY_WAIT;
+    let mut steady_since = Instant::now();
+    let mut last = p.receiver.count();
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = p.receiver.count();
+        let rate = (now - last) as f64;
+        last = now;
+        if (rate - target).abs() > target / 4.0 {
+            steady_since = Instant::now();
+        } else if steady_since.elapsed() >= STEADY {
+            return;
+        }
+    }
 }
 
 /// Attributes every duplicate 2xx to the last kill before it arrived and
