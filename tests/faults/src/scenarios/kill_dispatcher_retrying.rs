@@ -25,14 +25,14 @@ use tokio::time::Instant;
 use super::{all_running, spec, Report, STALL};
 use crate::{chains::Chains, dispatcher::Dispatcher, ledger, load};
 
-const EVENTS: u64 = 160;
+const EVENTS: u64 = 180;
 const RATE: f64 = 4.0;
 const TENANTS: [&str; 2] = ["t0", "t1"];
 const MAX_ATTEMPTS: i32 = 4;
 /// Requests `/flaky` fails before it answers 200: early deliveries use up
 /// their attempts (dead-lettered, `exhausted`), later ones succeed after
 /// retries, the last ones at once.
-const FLAKY_FAILURES: u32 = 250;
+const FLAKY_FAILURES: u32 = 280;
 const KILLS: usize = 6;
 /// The kill (0-based) after which the dispatcher comes back under another id.
 const NEW_ID_AT: usize = 3;

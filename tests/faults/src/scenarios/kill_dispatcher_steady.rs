@@ -96,7 +96,12 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
         let restarting = Instant::now();
         d.restart().await?;
         r.inject(format!(
-            "kill {k}: kill -9 dispatcher, restarted with the same id, ready in {:.1} s ({} events sent)",
+            "kill {k}: kill -9 dispatcher, restarted {}, ready in {:.1} s ({} events sent)",
+            if d.transactional() {
+                "with the same transactional id"
+            } else {
+                "with the same flags"
+            },
             restarting.elapsed().as_secs_f64(),
             load.sent()
         ));
