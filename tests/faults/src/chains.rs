@@ -17,6 +17,9 @@ pub struct Chains {
     pub attempts: HashMap<String, BTreeMap<i32, usize>>,
     /// Records per tier name.
     pub per_tier: BTreeMap<String, usize>,
+    /// delivery id → "tier/partition@offset" of each of its tier records, for
+    /// the evidence of a fork.
+    pub coordinates: HashMap<String, Vec<String>>,
     /// delivery id → (reason, attempt) of each of its dead letters.
     pub dead: HashMap<String, Vec<(String, i32)>>,
 }
@@ -35,6 +38,16 @@ impl Chains {
                         m.offset()
                     )
                 })?;
+                chains
+                    .coordinates
+                    .entry(d.delivery_id.clone())
+                    .or_default()
+                    .push(format!(
+                        "{tier}/{}@{} attempt {}",
+                        m.partition(),
+                        m.offset(),
+                        d.attempt
+                    ));
                 *chains
                     .attempts
                     .entry(d.delivery_id)

@@ -198,6 +198,11 @@ fn check(
             forks.len(),
             &forks[..forks.len().min(5)]
         ));
+        let first = &forks[0].0;
+        broken.push(format!(
+            "{first}'s tier records: {:?}",
+            chains.coordinates.get(first)
+        ));
     }
     let doubles = chains.double_dead();
     if !doubles.is_empty() {
