@@ -13,6 +13,8 @@
 //! (`HOOKLINE_TEST_BROKERS`). Random choices come from `--seed` (printed, so a
 //! failing run can be repeated).
 
+mod chains;
+mod dispatcher;
 mod ledger;
 mod load;
 mod scenarios;
@@ -29,7 +31,7 @@ use crate::scenarios::Report;
 #[derive(Debug, Parser)]
 #[command(name = "hookline-faults")]
 struct Cli {
-    /// Scenarios to run, in order (default: all).
+    /// Scenarios to run, in order (default: all but the opt-in measurements).
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(scenarios::ALL))]
     scenarios: Vec<String>,
 
@@ -48,7 +50,11 @@ async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let seed = cli.seed.unwrap_or_else(rand::random);
     let names: Vec<String> = if cli.scenarios.is_empty() {
-        scenarios::ALL.iter().map(|s| (*s).to_owned()).collect()
+        scenarios::ALL
+            .iter()
+            .filter(|s| !scenarios::OPT_IN.contains(s))
+            .map(|s| (*s).to_owned())
+            .collect()
     } else {
         cli.scenarios
     };
@@ -123,6 +129,8 @@ async fn run_one(
 ) -> anyhow::Result<()> {
     match name {
         "kill_stages" => scenarios::kill_stages::run(report, rng).await,
+        "kill_dispatcher_retrying" => scenarios::kill_dispatcher_retrying::run(report, rng).await,
+        "kill_dispatcher_steady" => scenarios::kill_dispatcher_steady::run(report, rng).await,
         "rolling_restart" => scenarios::rolling_restart::run(report, rng).await,
         "hostile_endpoints" => scenarios::hostile_endpoints::run(report, rng).await,
         "bad_input" => scenarios::bad_input::run(report, rng).await,

@@ -5,6 +5,8 @@
 pub mod bad_input;
 pub mod broker_restart;
 pub mod hostile_endpoints;
+pub mod kill_dispatcher_retrying;
+pub mod kill_dispatcher_steady;
 pub mod kill_stages;
 pub mod rolling_restart;
 
@@ -19,11 +21,16 @@ use crate::ledger::Ledger;
 /// Names accepted on the command line, in the order `all` runs them.
 pub const ALL: &[&str] = &[
     "kill_stages",
+    "kill_dispatcher_retrying",
     "rolling_restart",
     "hostile_endpoints",
     "bad_input",
     "broker_restart",
+    "kill_dispatcher_steady",
 ];
+
+/// Scenarios run only when named: measurements, heavy for `make test`.
+pub const OPT_IN: &[&str] = &["kill_dispatcher_steady"];
 
 /// Scenarios that stop the broker: they get a private one, never the shared one.
 pub const PRIVATE_BROKER: &[&str] = &["broker_restart"];
