@@ -188,6 +188,70 @@ pub fn embedded_v4(ip: Ipv6Addr) -> Option<Ipv4Addr> {
     Some(Ipv4Addr::from((u128::from(ip) >> (96 - offset)) as u32))
 }
 
+/// The IPv4 address a host written in one of the legacy numeric spellings
+/// stands for, as `inet_aton` (and so the system resolver) and the URL standard
+/// read it: one to four dot-separated parts, each decimal, octal (a leading
+/// `0`) or hexadecimal (`0x`), the last filling the remaining bytes, with at most
+/// one trailing dot — `127.1`, `2130706433`, `0x7f000001`, `0177.0.0.1`,
+/// `127.0.0.1.`. `None` for anything else, including a name that merely
+/// starts with digits. The canonical dotted quad returns its address too; see
+/// [`noncanonical_ipv4`] for the spellings a URL must not use.
+pub fn numeric_ipv4(host: &str) -> Option<Ipv4Addr> {
+    let host = host.strip_suffix('.').unwrap_or(host);
+    let parts: Vec<&str> = host.split('.').collect();
+    if host.is_empty() || parts.len() > 4 {
+        return None;
+    }
+    let mut numbers = Vec::with_capacity(parts.len());
+    for part in &parts {
+        numbers.push(ipv4_number(part)?);
+    }
+    let (last, first) = numbers.split_last()?;
+    if first.iter().any(|&n| n > 255) {
+        return None;
+    }
+    let room = 8 * (4 - first.len() as u32);
+    if room < 32 && *last >= 1 << room {
+        return None;
+    }
+    let high = first.iter().enumerate().fold(0u32, |acc, (i, &n)| {
+        acc | ((n as u32) << (24 - 8 * i as u32))
+    });
+    Some(Ipv4Addr::from(high | *last as u32))
+}
+
+/// One part of a numeric IPv4 host: decimal, `0`-prefixed octal or `0x` hex.
+fn ipv4_number(part: &str) -> Option<u64> {
+    let (digits, radix) =
+        if let Some(hex) = part.strip_prefix("0x").or_else(|| part.strip_prefix("0X")) {
+            (hex, 16)
+        } else if part.len() > 1 && part.starts_with('0') {
+            (&part[1..], 8)
+        } else {
+            (part, 10)
+        };
+    if digits.is_empty() {
+        // `0x` alone is zero; an empty part (`1..2`) is not a number.
+        return (radix == 16).then_some(0);
+    }
+    if !digits.chars().all(|c| c.is_digit(radix)) || digits.len() > 12 {
+        return None;
+    }
+    u64::from_str_radix(digits, radix)
+        .ok()
+        .filter(|&n| n <= u64::from(u32::MAX))
+}
+
+/// The address, when `host` is a numeric IPv4 spelling other than the
+/// canonical dotted quad (`127.1` → 127.0.0.1). Such a host is resolved by the
+/// system to that address, but a TLS client cannot name it, and a check that
+/// parses only dotted quads would miss it: hookline refuses it and names the
+/// canonical form instead.
+pub fn noncanonical_ipv4(host: &str) -> Option<Ipv4Addr> {
+    let ip = numeric_ipv4(host)?;
+    (ip.to_string() != host).then_some(ip)
+}
+
 /// An IPv4 or IPv6 network in CIDR notation, e.g. `127.0.0.0/8` or `fd00::/8`:
 /// an [`IpNet`] whose host bits are zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

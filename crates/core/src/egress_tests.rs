@@ -407,3 +407,54 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn numeric_ipv4_reads_every_legacy_spelling() {
+    let loopback = Ipv4Addr::new(127, 0, 0, 1);
+    for host in [
+        "127.1",
+        "127.0.1",
+        "2130706433",
+        "0x7f000001",
+        "0X7F000001",
+        "0177.0.0.1",
+        "0177.0.0.01",
+        "0x7f.1",
+        "127.0.0.1.",
+        "017700000001",
+    ] {
+        assert_eq!(numeric_ipv4(host), Some(loopback), "{host}");
+        assert_eq!(noncanonical_ipv4(host), Some(loopback), "{host}");
+    }
+    assert_eq!(numeric_ipv4("127.0.0.1"), Some(loopback));
+    assert_eq!(noncanonical_ipv4("127.0.0.1"), None, "canonical");
+    assert_eq!(numeric_ipv4("10.1"), Some(Ipv4Addr::new(10, 0, 0, 1)));
+    assert_eq!(numeric_ipv4("0"), Some(Ipv4Addr::UNSPECIFIED));
+    assert_eq!(numeric_ipv4("0x"), Some(Ipv4Addr::UNSPECIFIED));
+    assert_eq!(
+        numeric_ipv4("169.254.43518"),
+        Some(Ipv4Addr::new(169, 254, 169, 254))
+    );
+}
+
+#[test]
+fn numeric_ipv4_is_none_for_names_and_out_of_range_numbers() {
+    for host in [
+        "",
+        ".",
+        "example.com",
+        "1.2.3.4.5",
+        "256.1",
+        "1.2.3.256",
+        "1.16777216",
+        "4294967296",
+        "08.1",
+        "0x1g",
+        "1..2",
+        "123abc",
+        "1.2.3.4.example",
+        "::1",
+    ] {
+        assert_eq!(numeric_ipv4(host), None, "{host}");
+    }
+}

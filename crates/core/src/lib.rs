@@ -21,7 +21,10 @@ pub use classify::{
     FailureKind, Outcome, RejectReason, StatusClass, Verdict, MAX_RETRY_AFTER, OUTCOMES,
 };
 pub use due::{head_decision, DueTimers, HeadDecision};
-pub use egress::{blocked_range, BlockedRange, Cidr, CidrError, EgressDenied, EgressPolicy};
+pub use egress::{
+    blocked_range, noncanonical_ipv4, numeric_ipv4, BlockedRange, Cidr, CidrError, EgressDenied,
+    EgressPolicy,
+};
 pub use ladder::{
     ExhaustReason, Ladder, LadderError, LadderSetting, RetryDecision, Tier, DEFAULT_TIERS,
     MAX_LADDER_DURATION,

@@ -191,6 +191,69 @@ async fn a_404_goes_straight_to_the_dlq_with_reason() {
     assert!(dl.policy_version.starts_with("ladder-"));
 }
 
+/// Every spelling of a refused address is dead-lettered after exactly one
+/// attempt and never connected to: `egress_denied` for private space (not on
+/// the tests' allow list, which has 127.0.0.0/8), `invalid_url` naming the
+/// canonical form for loopback in a legacy spelling — over https too, where the
+/// TLS client cannot name such a host and it used to be retried as
+/// `connect_refused` up the whole ladder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_addresses_in_every_spelling_are_dead_lettered_after_one_attempt() {
+    let env = Env::with_ladder("ladder-egress", 1, LADDER).await;
+    let port = env.receiver.addr().port();
+    let cases: Vec<(String, &str)> = [
+        ("10.1", "egress_denied"),
+        ("167772161", "egress_denied"),
+        ("0xa000001", "egress_denied"),
+        ("012.0.0.1", "egress_denied"),
+        ("[::ffff:10.0.0.1]", "egress_denied"),
+        ("[::ffff:a00:1]", "egress_denied"),
+        ("169.254.169.254", "egress_denied"),
+        ("127.1", "invalid_url"),
+        ("2130706433", "invalid_url"),
+        ("0x7f000001", "invalid_url"),
+        ("0177.0.0.1", "invalid_url"),
+    ]
+    .iter()
+    .flat_map(|(host, reason)| {
+        ["https", "http"].map(|scheme| (format!("{scheme}://{host}:{port}/in"), *reason))
+    })
+    .collect();
+    let mut ds = Vec::new();
+    for (i, (url, _)) in cases.iter().enumerate() {
+        let mut sub = env.subscription(&format!("sub-eg-{i}"), "tenant-eg", "/in", "one");
+        sub.url = url.clone();
+        sub.max_in_flight = 4;
+        env.put(&sub).await;
+        ds.push(delivery(&sub, i));
+    }
+    let running = env.start(&[]);
+    env.publish(&ds).await;
+    let mut dead = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dead.len() < ds.len() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        dead = env.dead_letters().await;
+    }
+    env.committed_to_end(Duration::from_secs(30)).await;
+    running.shutdown().await;
+
+    assert_eq!(env.receiver.count(), 0, "nothing may be connected to");
+    assert!(
+        all_tiers(&env).await.iter().all(Vec::is_empty),
+        "never retried"
+    );
+    assert_eq!(dead.len(), ds.len(), "{dead:?}");
+    for ((url, reason), d) in cases.iter().zip(&ds) {
+        let dl = dead
+            .iter()
+            .find(|dl| dl.delivery.delivery_id == d.delivery_id)
+            .unwrap_or_else(|| panic!("{url}: no dead letter"));
+        assert_eq!(dl.reason, *reason, "{url}: {:?}", dl.detail);
+        assert_eq!(dl.delivery.attempt, 1, "{url}: exactly one attempt");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_always_failing_endpoint_ends_in_the_dlq_after_max_attempts_with_every_field() {
     let env = Env::with_ladder("ladder-exhaust", 1, LADDER).await;

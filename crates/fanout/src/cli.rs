@@ -290,6 +290,17 @@ pub fn validate(spec: &SubscriptionSpec, allow_http: bool) -> Vec<String> {
             if u.fragment().is_some() {
                 bad("url", "must not have a #fragment".into());
             }
+            // The URL parser canonicalises `127.1` to 127.0.0.1, but the URL is
+            // stored as written, and the dispatcher refuses such spellings.
+            if let Some(ip) = raw_host(&spec.url).and_then(hookline_core::noncanonical_ipv4) {
+                bad(
+                    "url",
+                    format!(
+                        "host `{}` is a non-canonical spelling of {ip}; write it as {ip}",
+                        raw_host(&spec.url).unwrap_or_default()
+                    ),
+                );
+            }
         }
     }
     if let Err(e) = EventTypeFilter::parse(&spec.event_types) {
@@ -490,6 +501,21 @@ async fn write(
         })
 }
 
+/// The host of `url` as written (between `://` and the port, path, query or
+/// fragment), before any parser canonicalises it; `None` for an IPv6 literal.
+fn raw_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://")?.1;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    if authority.starts_with('[') {
+        return None;
+    }
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if port.bytes().all(|b| b.is_ascii_digit()) => host,
+        _ => authority,
+    };
+    Some(host)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,6 +536,25 @@ mod tests {
     #[test]
     fn a_good_spec_passes() {
         assert!(validate(&spec(), false).is_empty());
+        for url in [
+            "https://203.0.113.7:8443/in",
+            "https://[2001:db8::1]/in",
+            "https://1password.example/in",
+            "https://hooks.example:443?x=1",
+        ] {
+            let mut s = spec();
+            s.url = url.into();
+            assert!(validate(&s, false).is_empty(), "{url}");
+        }
+    }
+
+    #[test]
+    fn the_raw_host_is_what_was_written() {
+        assert_eq!(raw_host("https://127.1:80/a"), Some("127.1"));
+        assert_eq!(raw_host("https://0x7f000001?q"), Some("0x7f000001"));
+        assert_eq!(raw_host("https://h.example#f"), Some("h.example"));
+        assert_eq!(raw_host("https://[::1]:8443/"), None);
+        assert_eq!(raw_host("no scheme"), None);
     }
 
     #[test]
@@ -520,6 +565,22 @@ mod tests {
             (|s| s.url = "ftp://x.example".into(), "scheme `ftp`"),
             (|s| s.url = "not a url".into(), "is not a URL"),
             (|s| s.url = "https://u:p@x.example".into(), "credentials"),
+            (
+                |s| s.url = "https://127.1/in".into(),
+                "host `127.1` is a non-canonical spelling of 127.0.0.1; write it as 127.0.0.1",
+            ),
+            (
+                |s| s.url = "https://2130706433:8443/in".into(),
+                "host `2130706433` is a non-canonical spelling",
+            ),
+            (
+                |s| s.url = "https://0x7f000001".into(),
+                "write it as 127.0.0.1",
+            ),
+            (
+                |s| s.url = "https://0177.0.0.1/".into(),
+                "write it as 127.0.0.1",
+            ),
             (|s| s.event_types = vec![], "event_types"),
             (|s| s.event_types = vec!["a.*.b".into()], "event_types"),
             (|s| s.secret_ref = "has/slash".into(), "secret_ref"),

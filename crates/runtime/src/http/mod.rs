@@ -224,6 +224,9 @@ impl WebhookClient {
         if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
             return Err(invalid("credentials in the URL are not allowed"));
         }
+        if let Some(failure) = self.noncanonical_host(&uri) {
+            return Err(failure);
+        }
         match uri.scheme_str() {
             Some("https") => Ok(uri),
             Some("http") if self.settings.allow_http => Ok(uri),
@@ -233,6 +236,30 @@ impl WebhookClient {
             }),
             _ => Err(invalid("the scheme is not http or https")),
         }
+    }
+
+    /// A host in a legacy numeric IPv4 spelling (`127.1`, `2130706433`,
+    /// `0x7f000001`, `0177.0.0.1`): the system resolver reads it as that
+    /// address, but TLS cannot name it, so over https it would fail before the
+    /// connector's egress check as a transport error ("invalid dns name",
+    /// retried as `connect_refused`). Refused here instead, on the first
+    /// attempt: `egress_denied` when the policy refuses the address, else
+    /// `invalid_url` naming the canonical form.
+    fn noncanonical_host(&self, uri: &Uri) -> Option<Failure> {
+        let host = uri.host()?;
+        let ip = hookline_core::noncanonical_ipv4(host)?;
+        Some(match self.settings.egress.check(ip.into()) {
+            Err(denied) => Failure {
+                kind: FailureKind::EgressDenied,
+                detail: format!("the host `{host}` is a spelling of {ip}: {denied}"),
+            },
+            Ok(()) => Failure {
+                kind: FailureKind::InvalidUrl,
+                detail: format!(
+                    "the host `{host}` is a non-canonical spelling of {ip}; write it as {ip}"
+                ),
+            },
+        })
     }
 
     /// Until `deadline`: a response head, or a failure. After the head, the body

@@ -57,6 +57,52 @@ async fn loopback_is_denied_in_every_spelling_without_the_allow_list() {
 }
 
 #[tokio::test]
+async fn a_numeric_ipv4_spelling_is_refused_on_the_first_attempt_over_https_too() {
+    let rx = Receiver::start().await.unwrap();
+    let port = rx.addr().port();
+    let denying = WebhookClient::new(settings(&[], true)).unwrap();
+    let allowing = WebhookClient::new(settings(&["127.0.0.0/8"], true)).unwrap();
+    for host in [
+        "127.1",
+        "2130706433",
+        "0x7f000001",
+        "0177.0.0.1",
+        "127.0.0.1.",
+    ] {
+        for scheme in ["https", "http"] {
+            let url = format!("{scheme}://{host}:{port}/");
+            let denied = denying.post(post(&url)).await.unwrap_err();
+            assert_eq!(denied.kind, FailureKind::EgressDenied, "{url}: {denied:?}");
+            assert!(denied.detail.contains("127.0.0.1"), "{}", denied.detail);
+            // Allowed by the policy, still not sent: named, not a transport error.
+            let allowed = allowing.post(post(&url)).await.unwrap_err();
+            assert_eq!(allowed.kind, FailureKind::InvalidUrl, "{url}: {allowed:?}");
+            assert!(
+                allowed.detail.contains("write it as 127.0.0.1"),
+                "{}",
+                allowed.detail
+            );
+        }
+    }
+    // The IPv6 forms are literals, checked by the connector.
+    for host in [
+        "[::ffff:7f00:1]",
+        "[0:0:0:0:0:ffff:127.0.0.1]",
+        "[::127.0.0.1]",
+    ] {
+        for scheme in ["https", "http"] {
+            let url = format!("{scheme}://{host}:{port}/");
+            assert_eq!(
+                kind(denying.post(post(&url)).await),
+                FailureKind::EgressDenied,
+                "{url}"
+            );
+        }
+    }
+    assert_eq!(rx.count(), 0, "nothing may reach the receiver");
+}
+
+#[tokio::test]
 async fn plain_http_is_denied_unless_allowed() {
     let rx = Receiver::start().await.unwrap();
     let client = WebhookClient::new(settings(&["127.0.0.0/8"], false)).unwrap();
