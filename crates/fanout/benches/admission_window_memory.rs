@@ -9,23 +9,12 @@ use std::time::Duration;
 
 use hookline_core::admission::{AdmissionWindow, Fingerprint, KeyHash};
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn main() {
     let n: u64 = std::env::var("BENCH_KEYS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let before = rss_kib();
+    let before = hookline_testkit::rss_kib();
     let mut window = AdmissionWindow::new(Duration::from_secs(300), usize::MAX);
     for i in 0..n {
         // Spread like a real hash; timestamps advance 1 ms per 10 events (all
@@ -33,7 +22,7 @@ fn main() {
         let key = KeyHash([i.wrapping_mul(0x9e37_79b9_7f4a_7c15), i]);
         window.observe(key, Fingerprint(i), 1_700_000_000_000 + (i / 10) as i64);
     }
-    let after = rss_kib();
+    let after = hookline_testkit::rss_kib();
     let bytes = (after.saturating_sub(before) * 1024) as f64 / n as f64;
     println!(
         "{n} keys held: {} (RSS {before} KiB -> {after} KiB): {bytes:.0} bytes per key",

@@ -19,17 +19,6 @@ struct Args {
     common: hookline_runtime::config::CommonArgs,
 }
 
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let n: usize = std::env::var("BENCH_SUBSCRIPTIONS")
@@ -57,7 +46,7 @@ async fn main() -> anyhow::Result<()> {
     kafka::produce_many(&producer, topics.subscriptions(), records).await?;
 
     let common = Args::try_parse_from(["bench", "--brokers", &kafka::brokers()])?.common;
-    let before = rss_kib();
+    let before = hookline_testkit::rss_kib();
     let started = Instant::now();
     let stop = CancellationToken::new();
     let (table, task) =
@@ -65,7 +54,7 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(table.wait_caught_up().await, "table did not catch up");
     let load = started.elapsed();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = rss_kib();
+    let after = hookline_testkit::rss_kib();
     anyhow::ensure!(table.len() == n, "loaded {} of {n}", table.len());
 
     let lookups = 1_000_000;

@@ -221,22 +221,10 @@ async fn reset_after_the_request_is_connection_reset() {
     assert!(p.conns[0].request_read_at.is_some(), "the request was sent");
 }
 
-/// VmRSS of this process in KiB.
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 async fn huge_body(status: u16, framing: Framing) -> Probe {
-    let before = rss_kib();
+    let before = hookline_testkit::rss_kib();
     let (server, p) = probe(Behaviour::HugeBody { status, framing }).await;
-    let after = rss_kib();
+    let after = hookline_testkit::rss_kib();
     println!(
         "  client VmRSS {} KiB -> {} KiB ({:+} KiB)",
         before,

@@ -11,4 +11,17 @@ pub mod receiver;
 pub mod records;
 pub mod stage;
 
+/// The resident set of this process in KiB (0 where `/proc` has none), for
+/// tests and benches that print memory figures.
+pub fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 pub use kafka::{brokers, unique_name};

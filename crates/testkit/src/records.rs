@@ -1,6 +1,7 @@
 //! Builders of contract records for tests, with every field filled.
 
-use hookline_envelope::{DomainEvent, Subscription};
+use hookline_envelope::{decode, DomainEvent, Record, Subscription};
+use rdkafka::message::Message;
 
 /// A JSON domain event of `tenant` and `event_type` with id `event_id`.
 pub fn event(event_id: &str, tenant: &str, event_type: &str) -> DomainEvent {
@@ -29,4 +30,21 @@ pub fn subscription(id: &str, tenant: &str, patterns: &[&str], url: &str) -> Sub
         version: 1,
         updated_at: 1_764_000_000_000,
     }
+}
+
+/// The contract record in `m`, or an error naming its topic, partition, offset
+/// and the type it is not.
+pub fn decoded<T: Record>(m: &impl Message) -> anyhow::Result<T> {
+    let want = std::any::type_name::<T>()
+        .rsplit("::")
+        .next()
+        .unwrap_or("record");
+    decode(m.payload().unwrap_or_default()).map_err(|e| {
+        anyhow::anyhow!(
+            "a record on {} at {}/{} is not a {want}: {e}",
+            m.topic(),
+            m.partition(),
+            m.offset()
+        )
+    })
 }

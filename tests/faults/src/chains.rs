@@ -5,9 +5,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use anyhow::Context;
-use hookline_envelope::{decode, DeadLetter, Delivery};
-use hookline_testkit::{kafka, pipeline::Pipeline};
+use hookline_envelope::{DeadLetter, Delivery};
+use hookline_testkit::{kafka, pipeline::Pipeline, records};
 use rdkafka::Message;
 
 /// The tiers and the DLQ of one pipeline, read to their (stable) end.
@@ -31,13 +30,7 @@ impl Chains {
             let records = kafka::read_to_end(topic).await?;
             chains.per_tier.insert(tier.to_owned(), records.len());
             for m in &records {
-                let d: Delivery = decode(m.payload().unwrap_or_default()).with_context(|| {
-                    format!(
-                        "a record on {topic} at {}/{} is not a Delivery",
-                        m.partition(),
-                        m.offset()
-                    )
-                })?;
+                let d: Delivery = records::decoded(m)?;
                 chains
                     .coordinates
                     .entry(d.delivery_id.clone())
@@ -57,15 +50,7 @@ impl Chains {
             }
         }
         for m in &kafka::read_to_end(p.topics.dlq()).await? {
-            let letter: DeadLetter =
-                decode(m.payload().unwrap_or_default()).with_context(|| {
-                    format!(
-                        "a record on {} at {}/{} is not a DeadLetter",
-                        p.topics.dlq(),
-                        m.partition(),
-                        m.offset()
-                    )
-                })?;
+            let letter: DeadLetter = records::decoded(m)?;
             chains
                 .dead
                 .entry(letter.delivery.delivery_id)

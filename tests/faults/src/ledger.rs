@@ -11,7 +11,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
-use hookline_envelope::{decode, DeadLetter};
+use hookline_envelope::DeadLetter;
 use hookline_testkit::{
     kafka,
     pipeline::{seq_of, Pipeline},
@@ -72,16 +72,7 @@ impl Ledger {
         }
         let mut reasons = HashMap::new();
         for m in &dlq {
-            use rdkafka::Message;
-            let letter: DeadLetter =
-                decode(m.payload().unwrap_or_default()).with_context(|| {
-                    format!(
-                        "a record on {} at {}/{} is not a DeadLetter",
-                        p.topics.dlq(),
-                        m.partition(),
-                        m.offset()
-                    )
-                })?;
+            let letter: DeadLetter = hookline_testkit::records::decoded(m)?;
             reasons.insert(letter.delivery.delivery_id, letter.reason);
         }
         Ok(Self::count(p, &reasons, dlq.len()))
