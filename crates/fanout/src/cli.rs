@@ -378,6 +378,8 @@ pub async fn run(
                     enabled: spec.enabled,
                     max_in_flight: spec.max_in_flight,
                     rate_limit_per_s: spec.rate_limit_per_s,
+                    disabled_reason: None,
+                    disabled_at: None,
                     version,
                     updated_at: now,
                 };

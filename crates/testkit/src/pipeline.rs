@@ -225,6 +225,8 @@ impl Pipeline {
             enabled: true,
             max_in_flight,
             rate_limit_per_s: None,
+            disabled_reason: None,
+            disabled_at: None,
             version: 1,
             updated_at: now_us() / 1000,
         }
