@@ -9,6 +9,7 @@ pub mod kill_dispatcher_retrying;
 pub mod kill_dispatcher_steady;
 pub mod kill_stages;
 pub mod rolling_restart;
+pub mod secured;
 
 use std::{collections::HashMap, time::Duration};
 
@@ -26,6 +27,7 @@ pub const ALL: &[&str] = &[
     "hostile_endpoints",
     "bad_input",
     "broker_restart",
+    "secured",
     "kill_dispatcher_steady",
 ];
 
