@@ -2,6 +2,7 @@
 //! (what was injected, what was counted), the flags every fault pipeline uses,
 //! and the checks every scenario ends with.
 
+pub mod acl_missing;
 pub mod bad_input;
 pub mod broker_restart;
 pub mod hostile_endpoints;
@@ -28,6 +29,7 @@ pub const ALL: &[&str] = &[
     "bad_input",
     "broker_restart",
     "secured",
+    "acl_missing",
     "kill_dispatcher_steady",
 ];
 

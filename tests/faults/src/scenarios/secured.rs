@@ -27,19 +27,19 @@ const ACL_PARALLEL: usize = 3;
 
 /// The secured listeners of the test broker (`kafka.sh secure-env`).
 #[derive(Debug)]
-struct SecureEnv {
-    sasl_brokers: String,
-    mtls_brokers: String,
+pub(super) struct SecureEnv {
+    pub(super) sasl_brokers: String,
+    pub(super) mtls_brokers: String,
     password_dir: PathBuf,
     ca: String,
-    mtls_user: String,
+    pub(super) mtls_user: String,
     mtls_cert: String,
     mtls_key: String,
-    kafka_sh: String,
+    pub(super) kafka_sh: String,
 }
 
 impl SecureEnv {
-    fn from_env() -> anyhow::Result<Self> {
+    pub(super) fn from_env() -> anyhow::Result<Self> {
         let var = |name: &str| {
             std::env::var(name)
                 .ok()
@@ -76,7 +76,7 @@ impl SecureEnv {
     }
 
     /// `-X` flags of a SCRAM user: the password only as `@file`.
-    fn sasl_args(&self, user: &str) -> Vec<String> {
+    pub(super) fn sasl_args(&self, user: &str) -> Vec<String> {
         [
             "security.protocol=SASL_SSL".to_owned(),
             "sasl.mechanism=SCRAM-SHA-512".to_owned(),
@@ -90,7 +90,7 @@ impl SecureEnv {
     }
 
     /// `-X` flags of the mTLS client certificate.
-    fn mtls_args(&self) -> Vec<String> {
+    pub(super) fn mtls_args(&self) -> Vec<String> {
         [
             "security.protocol=SSL".to_owned(),
             format!("ssl.ca.location={}", self.ca),
@@ -103,9 +103,13 @@ impl SecureEnv {
     }
 }
 
-pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
-    let env = SecureEnv::from_env()?;
-    let mut spec = spec("secured");
+/// The pipeline spec of a secured scenario: each stage on its listener with
+/// its credentials.
+pub(super) fn secured_spec(
+    scenario: &'static str,
+    env: &SecureEnv,
+) -> hookline_testkit::pipeline::Spec {
+    let mut spec = spec(scenario);
     spec.dispatcher_args
         .extend(["--max-attempts", MAX_ATTEMPTS].map(str::to_owned));
     spec.fanout_args.extend(env.sasl_args("fanout"));
@@ -114,13 +118,24 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
     spec.brokers.insert("fanout", env.sasl_brokers.clone());
     spec.brokers.insert("dispatcher", env.sasl_brokers.clone());
     spec.brokers.insert("dlq-sink", env.mtls_brokers.clone());
-    let mut p = Pipeline::create(spec).await?;
-    let principals = [
+    spec
+}
+
+/// Each stage's principal: SCRAM users for fanout and dispatcher, the client
+/// certificate's for the DLQ sink.
+pub(super) fn principals(env: &SecureEnv) -> [(&'static str, String); 3] {
+    [
         ("fanout", "User:fanout".to_owned()),
         ("dispatcher", "User:dispatcher".to_owned()),
         ("dlq-sink", format!("User:{}", env.mtls_user)),
-    ];
-    let granted = grant(&env, &p, &principals).await?;
+    ]
+}
+
+pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
+    let env = SecureEnv::from_env()?;
+    let mut p = Pipeline::create(secured_spec("secured", &env)).await?;
+    let principals = principals(&env);
+    let granted = grant(&env, &p, &principals).await?.len();
     r.inject(format!(
         "{granted} ACLs from `hookline-fanout acls --format kafka-acls` for {}",
         principals
@@ -150,12 +165,12 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
 
 /// Creates, with kafka-acls over the super user's plain listener, exactly the
 /// ACLs `hookline-fanout acls` prints for these stages and principals under
-/// the pipeline's names. Returns how many lines it ran.
-async fn grant(
+/// the pipeline's names. Returns the lines it ran (kafka-acls arguments).
+pub(super) async fn grant(
     env: &SecureEnv,
     p: &Pipeline,
     principals: &[(&str, String)],
-) -> anyhow::Result<usize> {
+) -> anyhow::Result<Vec<Vec<String>>> {
     let prefix = p.topics.prefix();
     let tiers: Vec<&str> = p.topics.retries().map(|(tier, _)| tier).collect();
     let mut args: Vec<String> = [
@@ -213,6 +228,12 @@ async fn grant(
     if lines.is_empty() {
         bail!("hookline-fanout acls printed nothing");
     }
+    run_acls(env, &lines).await?;
+    Ok(lines)
+}
+
+/// Runs kafka-acls once per argument list, a few at a time.
+pub(super) async fn run_acls(env: &SecureEnv, lines: &[Vec<String>]) -> anyhow::Result<()> {
     for chunk in lines.chunks(ACL_PARALLEL) {
         // Spawned together, so they run at once; then awaited in turn.
         let children: Vec<_> = chunk
@@ -239,7 +260,7 @@ async fn grant(
             }
         }
     }
-    Ok(lines.len())
+    Ok(())
 }
 
 /// Fails if a SCRAM password appears in a stage's log, its metrics, its
