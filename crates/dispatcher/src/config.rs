@@ -37,7 +37,7 @@ pub struct DispatcherArgs {
     #[arg(
         long,
         env = "HOOKLINE_DISPATCHER_GROUP",
-        default_value = "hookline-dispatcher"
+        default_value = hookline_runtime::acls::DISPATCHER_GROUP
     )]
     pub group_id: String,
 

@@ -1,5 +1,5 @@
 //! `hookline-fanout`: parses flags and environment, sets up logging, and runs
-//! the service or a `subscriptions` or `topics` subcommand.
+//! the service or a `subscriptions`, `topics` or `acls` subcommand.
 
 use clap::{Parser, Subcommand};
 use hookline_fanout::cli::SubscriptionsCmd;
@@ -21,6 +21,9 @@ enum Command {
     Subscriptions(SubscriptionsCmd),
     /// Create or correct every hookline topic (previews unless --execute).
     Topics(hookline_runtime::provision::TopicsArgs),
+    /// Print the least-privilege ACLs of every stage and command (a table, or
+    /// kafka-acls.sh command lines with --format kafka-acls).
+    Acls(hookline_runtime::acls::AclsArgs),
 }
 
 #[tokio::main]
@@ -38,6 +41,11 @@ async fn main() -> anyhow::Result<()> {
             hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
             let mut stdout = std::io::stdout().lock();
             hookline_runtime::provision::run(common, &args, &mut stdout).await?;
+        }
+        Some(Command::Acls(args)) => {
+            hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
+            let text = hookline_runtime::acls::render(common, &args)?;
+            std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())?;
         }
         None => {
             hookline_runtime::telemetry::init_logging(&common.log, common.log_format)?;

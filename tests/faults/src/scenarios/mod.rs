@@ -2,6 +2,7 @@
 //! (what was injected, what was counted), the flags every fault pipeline uses,
 //! and the checks every scenario ends with.
 
+pub mod acl_missing;
 pub mod bad_input;
 pub mod broker_restart;
 pub mod hostile_endpoints;
@@ -9,6 +10,7 @@ pub mod kill_dispatcher_retrying;
 pub mod kill_dispatcher_steady;
 pub mod kill_stages;
 pub mod rolling_restart;
+pub mod secured;
 
 use std::{collections::HashMap, time::Duration};
 
@@ -26,6 +28,8 @@ pub const ALL: &[&str] = &[
     "hostile_endpoints",
     "bad_input",
     "broker_restart",
+    "secured",
+    "acl_missing",
     "kill_dispatcher_steady",
 ];
 
