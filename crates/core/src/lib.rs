@@ -1,9 +1,10 @@
-//! Pure decisions of hookline: classification, retry ladder, due scheduling,
+//! Pure decisions of hookline: classification, retry ladder, circuit breaker, due scheduling,
 //! offset watermarks, the duplicate-admission window, fair lanes with rate
 //! limits and subscription matching. No I/O and no clock reads: `now` and
 //! jitter are arguments, so every decision is exactly testable.
 
 pub mod admission;
+pub mod breaker;
 pub mod classify;
 pub mod due;
 pub mod egress;
@@ -16,6 +17,7 @@ pub mod stall;
 pub mod watermark;
 
 pub use admission::{Admission, AdmissionWindow, Fingerprint, KeyHash, Observed, PayloadMatch};
+pub use breaker::{Admit, Breaker, BreakerError, BreakerSettings, Signal, Transition};
 pub use classify::{
     classify, parse_retry_after, status_class, AttemptResult, Classification, DeadLetterReason,
     FailureKind, Outcome, RejectReason, StatusClass, Verdict, MAX_RETRY_AFTER, OUTCOMES,

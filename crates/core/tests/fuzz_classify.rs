@@ -549,9 +549,9 @@ fn check_ladder(
             reason: ExhaustReason::MaxAge,
         } => {
             prop_assert!(case.attempts_made < ladder.max_attempts());
-            // Even with no jitter the covering tier is due past the deadline, or the
-            // clock is so close to the end of time that `now + delay` does not exist.
-            let earliest = case.now.checked_add(tiers[cover].delay);
+            // Even with no jitter the wait ends past the deadline, or the clock is
+            // so close to the end of time that `now + wait` does not exist.
+            let earliest = case.now.checked_add(need);
             let latest = earliest.and_then(|t| t.checked_add(ladder.max_jitter()));
             match (earliest, latest, deadline) {
                 (None, ..) => "exhausted: max_age (clock at the end of time)".to_owned(),

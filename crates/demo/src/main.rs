@@ -351,6 +351,12 @@ fn start_stages(
             "5",
             "--retry-jitter",
             "200ms",
+            // The breaker at the demo's pace: the flaky endpoint's run of 503s opens
+            // it, its deliveries are parked, a probe closes it once it recovers.
+            "--breaker-open",
+            "2s",
+            "--breaker-open-max",
+            "4s",
         ]))?
         .c;
     let archive = archive.display().to_string();

@@ -58,7 +58,8 @@ pub fn endpoints(flaky_failures: u32) -> Vec<Endpoint> {
             subscription: "initech-all",
             patterns: &["*"],
             max_in_flight: 4,
-            story: "503 for a while (its first requests), then recovers",
+            story: "503 for a while (its first requests), then recovers: the run of 503s \
+                    opens its circuit breaker, which parks its deliveries until a probe succeeds",
             path: Some("/initech"),
             behaviour: Behaviour::status(204).fail_first(flaky_failures, 503),
         },

@@ -15,7 +15,7 @@ use crate::{
     part::{Key, NoTarget},
 };
 use bytes::Bytes;
-use hookline_core::{classify, epoch, AttemptResult, FailureKind};
+use hookline_core::{classify, epoch, AttemptResult, FailureKind, Signal};
 use hookline_envelope::{encode, Delivery, Topics};
 use hookline_runtime::{
     http::{Failure, Outgoing, WebhookClient},
@@ -84,8 +84,9 @@ pub(crate) enum Finished {
 pub(crate) enum Ended {
     /// Nothing more to write (delivered): finish the source offset now.
     Done,
-    /// A follow-up to commit with the source offset.
-    Handoff(Box<Handoff>),
+    /// A follow-up to commit with the source offset, and what the attempt said
+    /// of its endpoint's health (for its breaker).
+    Handoff(Box<Handoff>, Signal),
     /// Nothing can be written (no topic for the tier): leave the offset unfinished.
     Abandoned,
 }
@@ -106,6 +107,7 @@ pub(crate) async fn run(
     };
     let now = SystemTime::now();
     let classification = classify(&result, now);
+    let signal = Signal::of(&classification);
     let took = clock.elapsed();
     let facts = AttemptFacts {
         classification,
@@ -145,14 +147,17 @@ pub(crate) async fn run(
             },
         ),
     };
-    Ended::Handoff(Box::new(Handoff {
-        key,
-        topic,
-        record_key,
-        value,
-        written,
-        disable: None,
-    }))
+    Ended::Handoff(
+        Box::new(Handoff {
+            key,
+            topic,
+            record_key,
+            value,
+            written,
+            disable: None,
+        }),
+        signal,
+    )
 }
 
 /// The hand-off of a delivery that is not attempted because its subscription has

@@ -8,7 +8,9 @@
 use std::{path::PathBuf, time::Duration};
 
 use clap::Args;
-use hookline_core::{egress::Cidr, ladder, EgressPolicy, Ladder, LaneLimits, Tier};
+use hookline_core::{
+    egress::Cidr, ladder, BreakerError, BreakerSettings, EgressPolicy, Ladder, LaneLimits, Tier,
+};
 use hookline_runtime::{
     config::{parse_duration, CommonArgs},
     http::{defaults as http, read_pem_certs, HttpSettings},
@@ -150,6 +152,38 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_MAX_RETRY_AFTER", default_value = ladder::DEFAULT_MAX_RETRY_AFTER_TEXT, value_parser = parse_duration)]
     pub max_retry_after: Duration,
 
+    /// A subscription's circuit breaker opens after this many failures in a row
+    /// (5xx, timeouts, transport errors; not throttles or 4xx); 0: never by a run.
+    /// While open nothing is sent to it: its due deliveries are parked on a tier
+    /// without spending an attempt. `--breaker-failures 0 --breaker-failure-ratio 0`
+    /// turns the breaker off.
+    #[arg(long, env = "HOOKLINE_BREAKER_FAILURES", default_value_t = BreakerSettings::DEFAULT.consecutive_failures)]
+    pub breaker_failures: u32,
+
+    /// It also opens when this share of at least `--breaker-min-attempts` attempts
+    /// over `--breaker-window` failed; 0: never by a ratio.
+    #[arg(long, env = "HOOKLINE_BREAKER_FAILURE_RATIO", default_value_t = BreakerSettings::DEFAULT.failure_ratio)]
+    pub breaker_failure_ratio: f64,
+
+    #[arg(long, env = "HOOKLINE_BREAKER_MIN_ATTEMPTS", default_value_t = BreakerSettings::DEFAULT.min_attempts)]
+    pub breaker_min_attempts: u32,
+
+    #[arg(long, env = "HOOKLINE_BREAKER_WINDOW", default_value = "1m", value_parser = parse_duration)]
+    pub breaker_window: Duration,
+
+    /// How long it stays open before one delivery probes; doubled after each
+    /// failed probe, up to `--breaker-open-max`.
+    #[arg(long, env = "HOOKLINE_BREAKER_OPEN", default_value = "30s", value_parser = parse_duration)]
+    pub breaker_open: Duration,
+
+    #[arg(long, env = "HOOKLINE_BREAKER_OPEN_MAX", default_value = "10m", value_parser = parse_duration)]
+    pub breaker_open_max: Duration,
+
+    /// A breaker open this long disables its subscription (`disabled_reason =
+    /// breaker_open`; its deliveries are then kept for replay); 0s: never.
+    #[arg(long, env = "HOOKLINE_BREAKER_DISABLE_AFTER", default_value = "5d", value_parser = parse_duration)]
+    pub breaker_disable_after: Duration,
+
     /// Most kilobytes librdkafka prefetches per `deliveries` partition
     /// (`queued.max.messages.kbytes`): memory held before the engine asks.
     #[arg(long, env = "HOOKLINE_READY_PREFETCH_KBYTES", default_value_t = 16_384)]
@@ -262,6 +296,7 @@ pub(crate) struct Settings {
     pub lanes: LaneLimits,
     pub shutdown_grace: Duration,
     pub ladder: Ladder,
+    pub breaker: BreakerSettings,
     pub kafka: KafkaTuning,
     pub commits: CommitSettings,
 }
@@ -438,6 +473,7 @@ impl Config {
             lanes,
             shutdown_grace: self.common.shutdown_grace,
             ladder,
+            breaker: breaker(d)?,
             kafka: KafkaTuning {
                 ready_prefetch_kbytes: d.ready_prefetch_kbytes,
                 tier_prefetch_kbytes: d.tier_prefetch_kbytes,
@@ -450,6 +486,28 @@ impl Config {
             },
         })
     }
+}
+
+/// The circuit breaker from the `--breaker-*` flags; an error names them.
+fn breaker(d: &DispatcherArgs) -> Result<BreakerSettings, DispatcherError> {
+    let s = BreakerSettings {
+        consecutive_failures: d.breaker_failures,
+        failure_ratio: d.breaker_failure_ratio,
+        min_attempts: d.breaker_min_attempts,
+        window: d.breaker_window,
+        open_for: d.breaker_open,
+        open_max: d.breaker_open_max,
+        disable_after: (!d.breaker_disable_after.is_zero()).then_some(d.breaker_disable_after),
+    };
+    s.validate().map_err(|e| DispatcherError::Config {
+        flag: match e {
+            BreakerError::Ratio(_) => "--breaker-failure-ratio",
+            BreakerError::Window => "--breaker-window / --breaker-min-attempts",
+            BreakerError::OpenFor { .. } => "--breaker-open / --breaker-open-max",
+        },
+        why: e.to_string(),
+    })?;
+    Ok(s)
 }
 
 /// The retry ladder from `--retry-tiers`, `--max-attempts`, `--max-age`,
@@ -641,6 +699,22 @@ mod tests {
         assert_eq!(l.max_age(), Duration::from_secs(60));
         assert_eq!(l.max_jitter(), Duration::ZERO);
         assert_eq!(l.max_retry_after(), hookline_core::DEFAULT_MAX_RETRY_AFTER);
+        assert_eq!(c.settings().unwrap().breaker, BreakerSettings::DEFAULT);
+        let off = parse(&["--breaker-failures", "0", "--breaker-failure-ratio", "0"]).unwrap();
+        assert!(!off.settings().unwrap().breaker.enabled());
+        let never = parse(&["--breaker-disable-after", "0s"]).unwrap();
+        assert_eq!(never.settings().unwrap().breaker.disable_after, None);
+        for (flags, named) in [
+            (
+                ["--breaker-failure-ratio", "1.5"],
+                "--breaker-failure-ratio",
+            ),
+            (["--breaker-open", "20m"], "--breaker-open"),
+            (["--breaker-window", "0s"], "--breaker-window"),
+        ] {
+            let err = parse(&flags).unwrap().settings().unwrap_err().to_string();
+            assert!(err.contains(named), "{flags:?}: {err}");
+        }
         let err = parse(&["--retry-tiers", "fast"]).unwrap_err().to_string();
         assert!(err.contains("--retry-tiers"), "{err}");
         let c = parse(&["--max-retry-after", "1h"]).unwrap();

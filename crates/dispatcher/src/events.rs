@@ -14,11 +14,12 @@ use std::{
     time::Duration,
 };
 
-use hookline_core::{DeadLetterReason, Verdict};
+use hookline_core::{DeadLetterReason, Transition, Verdict};
 use hookline_envelope::{DeadLetter, Delivery, QuarantineReason, QuarantinedEvent, Subscription};
 use hookline_runtime::subscriptions::DisabledReason;
 
 use crate::{
+    handoff::ParkReason,
     metrics::{self, ErrorKind},
     outcome::AttemptFacts,
 };
@@ -140,15 +141,44 @@ impl RetryWritten<'_> {
     }
 }
 
-/// A tier head released before its due time is committed on a tier again.
-pub(crate) struct Reparked<'a> {
+/// A delivery parked unattempted (not due yet, or its breaker is open) is
+/// committed on a tier.
+pub(crate) struct Parked<'a> {
     pub tier: &'a str,
+    pub reason: ParkReason,
 }
 
-impl Reparked<'_> {
+impl Parked<'_> {
     pub(crate) fn emit(self) {
-        tracing::debug!(tier = %self.tier, "re-parked a retry not yet due");
-        metrics::reparked(self.tier);
+        tracing::debug!(tier = %self.tier, reason = self.reason.as_str(), "parked a delivery without an attempt");
+        metrics::parked(self.tier, self.reason);
+    }
+}
+
+/// A subscription's circuit breaker opened or closed.
+pub(crate) struct BreakerChanged<'a> {
+    pub subscription_id: &'a str,
+    pub transition: Transition,
+}
+
+impl BreakerChanged<'_> {
+    pub(crate) fn emit(self) {
+        match self.transition {
+            Transition::Opened => tracing::warn!(
+                subscription_id = %self.subscription_id,
+                "circuit breaker opened: nothing is sent to the endpoint until a probe succeeds; its deliveries are parked"
+            ),
+            Transition::Reopened { for_ } => tracing::info!(
+                subscription_id = %self.subscription_id,
+                open_for_ms = u64::try_from(for_.as_millis()).unwrap_or(u64::MAX),
+                "circuit breaker probe failed; open again"
+            ),
+            Transition::Closed => tracing::info!(
+                subscription_id = %self.subscription_id,
+                "circuit breaker closed: the probe succeeded"
+            ),
+        }
+        metrics::breaker_transition(self.transition);
     }
 }
 

@@ -94,10 +94,32 @@ pub(crate) enum Written {
         reason: QuarantineReason,
         record: Box<QuarantinedEvent>,
     },
-    /// A tier head written again, unattempted, to wait on for its due time.
+    /// A delivery written, unattempted, to a tier to wait on.
     Reparked {
         tier: String,
+        reason: ParkReason,
     },
+}
+
+/// Why a delivery was parked on a tier without an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ParkReason {
+    /// Its tier released it before its due time (a long `Retry-After`).
+    NotDue,
+    /// Its subscription's circuit breaker is open.
+    BreakerOpen,
+}
+
+impl ParkReason {
+    pub(crate) const ALL: [Self; 2] = [Self::NotDue, Self::BreakerOpen];
+
+    /// The metric label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::NotDue => "not_due",
+            Self::BreakerOpen => "breaker_open",
+        }
+    }
 }
 
 impl Handoff {
@@ -131,7 +153,11 @@ impl Handoff {
                 reason: *reason,
             }
             .emit(),
-            Written::Reparked { tier } => events::Reparked { tier }.emit(),
+            Written::Reparked { tier, reason } => events::Parked {
+                tier,
+                reason: *reason,
+            }
+            .emit(),
         }
         if let Some(d) = &self.disable {
             events::SubscriptionDisabled {

@@ -287,6 +287,7 @@ async fn dispatch(
             request_timeout: settings.http.request_timeout,
             shutdown_grace: settings.shutdown_grace,
             max_payload_bytes: settings.max_payload_bytes,
+            breaker: settings.breaker,
             commands,
             on_purpose,
             transactor,

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use hookline_core::{Classification, FailureKind, Outcome};
+use hookline_core::{Classification, FailureKind, Outcome, Transition};
+
+use crate::handoff::ParkReason;
 use hookline_envelope::QuarantineReason;
 use hookline_runtime::{
     metric_names::{self as m, label},
@@ -30,6 +32,9 @@ pub(crate) fn describe() {
     for reason in DeadLetterReason::ALL.into_iter() {
         metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.as_str()).absolute(0);
     }
+    for state in ["open", "closed"] {
+        metrics::counter!(m::DISPATCHER_BREAKER_TRANSITIONS, label::STATE => state).absolute(0);
+    }
     for reason in DisabledReason::ALL {
         metrics::counter!(m::DISPATCHER_SUBSCRIPTIONS_DISABLED, label::REASON => reason.as_str())
             .absolute(0);
@@ -43,7 +48,10 @@ pub(crate) fn describe() {
 pub(crate) fn describe_tiers(tiers: &[&'static str]) {
     for tier in tiers {
         metrics::counter!(m::DISPATCHER_RETRIES_WRITTEN, label::TIER => *tier).absolute(0);
-        metrics::counter!(m::DISPATCHER_REPARKED, label::TIER => *tier).absolute(0);
+        for reason in ParkReason::ALL {
+            metrics::counter!(m::DISPATCHER_PARKED, label::TIER => *tier, label::REASON => reason.as_str())
+                .absolute(0);
+        }
     }
 }
 
@@ -55,8 +63,13 @@ pub(crate) fn dead_letter(reason: DeadLetterReason) {
     metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.as_str()).increment(1);
 }
 
-pub(crate) fn reparked(tier: &str) {
-    metrics::counter!(m::DISPATCHER_REPARKED, label::TIER => tier.to_owned()).increment(1);
+pub(crate) fn parked(tier: &str, reason: ParkReason) {
+    metrics::counter!(m::DISPATCHER_PARKED, label::TIER => tier.to_owned(), label::REASON => reason.as_str())
+        .increment(1);
+}
+
+pub(crate) fn breaker_transition(t: Transition) {
+    metrics::counter!(m::DISPATCHER_BREAKER_TRANSITIONS, label::STATE => t.label()).increment(1);
 }
 
 pub(crate) fn subscription_disabled(reason: DisabledReason) {
@@ -111,6 +124,7 @@ pub(crate) struct Gauges {
     pub lanes: usize,
     pub rate_limited: usize,
     pub buffered: usize,
+    pub breakers_open: usize,
     /// Oldest ready-but-unattempted record age per input (topic label, age).
     pub oldest_ready: Vec<(&'static str, Duration)>,
     pub tiers: Vec<TierGauges>,
@@ -129,6 +143,7 @@ pub(crate) fn gauges(g: &Gauges) {
     metrics::gauge!(m::DISPATCHER_LANES).set(g.lanes as f64);
     metrics::gauge!(m::DISPATCHER_RATE_LIMITED_SUBSCRIPTIONS).set(g.rate_limited as f64);
     metrics::gauge!(m::DISPATCHER_BUFFERED_RECORDS).set(g.buffered as f64);
+    metrics::gauge!(m::DISPATCHER_BREAKERS_OPEN).set(g.breakers_open as f64);
     for (topic, age) in &g.oldest_ready {
         metrics::gauge!(m::DISPATCHER_OLDEST_READY_AGE, label::TOPIC => *topic)
             .set(age.as_secs_f64());

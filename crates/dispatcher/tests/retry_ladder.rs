@@ -294,6 +294,79 @@ async fn a_burst_of_429s_does_not_climb_the_ladder() {
     }
 }
 
+/// Three 500s in a row open the breaker (`--breaker-failures 3`): nothing more is
+/// sent until it may probe, 3 s later; the deliveries it holds back (first
+/// attempts and retries) are parked on a tier with their attempts unspent; the
+/// probe succeeds, the breaker closes, and every delivery arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_opens_parks_without_spending_attempts_probes_and_closes() {
+    const N: usize = 20;
+    let env = Env::with_ladder("ladder-breaker", 1, LADDER).await;
+    env.receiver
+        .set("/flappy", Behaviour::status(204).fail_first(3, 500));
+    let mut sub = env.subscription("sub-flappy", "tenant-flappy", "/flappy", "one");
+    sub.max_in_flight = 1;
+    env.put(&sub).await;
+    let running = env.start(&[
+        "--breaker-failures",
+        "3",
+        "--breaker-open",
+        "3s",
+        "--breaker-open-max",
+        "6s",
+        "--retry-jitter",
+        "0s",
+        "--max-attempts",
+        "3",
+    ]);
+    let ds: Vec<Delivery> = (0..N).map(|n| delivery(&sub, n)).collect();
+    env.publish(&ds).await;
+    let done = env
+        .receiver
+        .wait_until(Duration::from_secs(60), |r| {
+            r.iter().filter(|q| q.status == 204).count() >= N
+        })
+        .await;
+    assert!(done, "only {} requests arrived", env.receiver.count());
+    env.committed_to_end(Duration::from_secs(30)).await;
+    running.shutdown().await;
+
+    let reqs = env.receiver.requests();
+    let statuses: Vec<u16> = reqs.iter().map(|r| r.status).collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 500).count(),
+        3,
+        "nothing sent while open: {statuses:?}"
+    );
+    assert_eq!(reqs.len(), 3 + N, "each delivered once, after 3 failures");
+    let mut ids: Vec<&str> = reqs
+        .iter()
+        .filter(|r| r.status == 204)
+        .map(|r| r.header("webhook-id"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), N, "every delivery arrived once");
+    // The probe waited out the open period.
+    let probe = reqs[3]
+        .received_at
+        .duration_since(reqs[2].received_at)
+        .unwrap();
+    assert!(probe >= Duration::from_secs(3), "probed after {probe:?}");
+    // Parked: first attempts with 0 attempts spent, and the failed ones with their 1.
+    let tiers = all_tiers(&env).await;
+    let parked_first = tiers.iter().flatten().filter(|r| r.attempt == 0).count();
+    assert!(parked_first > 0, "no first attempt was parked");
+    assert!(
+        tiers.iter().flatten().all(|r| r.attempt <= 1),
+        "an attempt was spent while open"
+    );
+    assert!(
+        env.dead_letters().await.is_empty(),
+        "nothing exhausted: parking spends no attempt (--max-attempts 3)"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_404_goes_straight_to_the_dlq_with_reason() {
     let env = Env::with_ladder("ladder-404", 1, LADDER).await;

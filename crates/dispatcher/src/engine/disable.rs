@@ -1,7 +1,9 @@
 //! A 410 Gone disables its subscription: the subscription is written back
 //! disabled (`disabled_reason = gone`, `disabled_at`, the next version) to the
 //! `subscriptions` topic in the same transaction as the 410's dead letter, so
-//! the two are written together or not at all. From then on its deliveries —
+//! the two are written together or not at all. A breaker open for
+//! `--breaker-disable-after` does the same (`breaker_open`), with the delivery
+//! it parks. From then on its deliveries —
 //! new ones, and those waiting in the tiers — are kept unattempted as dead
 //! letters (`subscription_disabled`) for `replay` once it is enabled again.
 //!
@@ -24,13 +26,14 @@ pub(super) struct Disabling {
 }
 
 impl Disabling {
-    /// The record that disables the subscription of `delivery`, which answered
-    /// 410, at `now_ms`; `None` when it is disabled already (or being disabled),
-    /// deleted, or no longer the delivery's tenant's.
-    pub(super) fn on_gone(
+    /// The record that disables the subscription of `delivery` (its id and
+    /// tenant) for `reason` at `now_ms`; `None` when it is disabled already (or
+    /// being disabled), deleted, or no longer the delivery's tenant's.
+    pub(super) fn on_disable(
         &mut self,
         table: &Subscriptions,
         delivery: (&str, &str),
+        reason: DisabledReason,
         topic: &str,
         now_ms: i64,
     ) -> Option<Box<Disable>> {
@@ -43,7 +46,6 @@ impl Disabling {
         {
             return None;
         }
-        let reason = DisabledReason::Gone;
         let record = subscriptions::disabled(record, reason, now_ms);
         self.written
             .insert(subscription_id.to_owned(), record.version);

@@ -53,6 +53,7 @@ impl Engine {
             lanes: lanes.lane_count(),
             rate_limited: lanes.rate_limited_subscriptions(),
             buffered: lanes.buffered_records(),
+            breakers_open: self.machine.breakers_open(),
             oldest_ready,
             tiers,
         });

@@ -26,7 +26,9 @@ mod rebalance;
 use std::{collections::HashMap, sync::Arc, time::Duration, time::SystemTime};
 
 use disable::Disabling;
-use hookline_core::{DeadLetterReason, LaneLimits, LaneSettings, RejectReason};
+use hookline_core::{
+    BreakerSettings, DeadLetterReason, LaneLimits, LaneSettings, RejectReason, Signal,
+};
 use hookline_envelope::{Delivery, Unusable};
 use hookline_runtime::{
     group_watch::HeldPartitions,
@@ -51,7 +53,7 @@ use crate::{
     config::CommitSettings,
     consumer::{Command, Consumers, FromKafka},
     events,
-    handoff::{Handoff, Written},
+    handoff::{Handoff, ParkReason, Written},
     machine::{Action, Directory, GateAction, Intake, Machine, Note},
     metrics,
     part::{Key, NoTarget, Part},
@@ -156,6 +158,7 @@ pub(crate) struct Parts {
     pub shutdown_grace: Duration,
     /// Larger payloads are refused (dead-lettered) without being sent.
     pub max_payload_bytes: usize,
+    pub breaker: BreakerSettings,
     pub commands: Vec<std::sync::mpsc::Sender<Command>>,
     pub on_purpose: Vec<HeldPartitions>,
     pub transactor: Transactor,
@@ -172,6 +175,7 @@ impl Engine {
                 limits,
                 p.max_payload_bytes,
                 p.ctx.retry_policy.ladder().clone(),
+                p.breaker,
             )?,
             consumers: p.consumers,
             events: p.events,
@@ -316,6 +320,7 @@ impl Engine {
             value: msg.payload().unwrap_or_default().to_vec(),
             written: Written::Reparked {
                 tier: name.to_owned(),
+                reason: ParkReason::NotDue,
             },
             disable: None,
         });
@@ -378,6 +383,14 @@ impl Engine {
                     self.spawn(key, attempt::run(ctx, key, *delivery, target, refusal));
                 }
                 // Finished when it goes into a transaction (`commit.rs`).
+                Action::Park {
+                    key,
+                    delivery,
+                    tier,
+                    until,
+                    disable,
+                } => self.park(key, *delivery, tier, until, disable),
+                // Finished when it goes into a transaction (`commit.rs`).
                 Action::Unattempted { key, delivery, why } => {
                     let handoff =
                         attempt::unattempted(&self.ctx, key, *delivery, &why, SystemTime::now());
@@ -438,10 +451,15 @@ impl Engine {
                 self.task_keys.remove(&id);
                 self.running.remove(&key);
                 match ended {
-                    Ended::Done => self.machine.complete(key, Finished::Durable),
+                    Ended::Done => {
+                        self.machine
+                            .attempted(key, SystemTime::now(), Signal::Success);
+                        self.machine.complete(key, Finished::Durable);
+                    }
                     Ended::Abandoned => self.machine.complete(key, Finished::Abandoned),
                     // Finished when it goes into a transaction (`commit.rs`).
-                    Ended::Handoff(mut handoff) => {
+                    Ended::Handoff(mut handoff, signal) => {
+                        self.machine.attempted(key, SystemTime::now(), signal);
                         self.machine.attempt_ended(key);
                         self.disable_if_gone(&mut handoff);
                         self.commits.defer(*handoff);
@@ -466,6 +484,49 @@ impl Engine {
         }
     }
 
+    /// Hands a delivery its breaker holds back to the next transaction: on tier
+    /// `tier`, due at `until`, its attempts unspent; with the subscription written
+    /// back disabled when its breaker has been open too long.
+    fn park(
+        &mut self,
+        key: Key,
+        mut delivery: Delivery,
+        tier: usize,
+        until: SystemTime,
+        disable: bool,
+    ) {
+        let Some((name, topic)) = self.ctx.topics.retries().nth(tier) else {
+            // Unreachable: the ladder and the topics have the same tiers.
+            events::NoSuchRetryTier { tier }.emit();
+            self.machine.complete(key, Finished::Abandoned);
+            return;
+        };
+        let now = SystemTime::now();
+        delivery.due_at = hookline_core::epoch::millis(until);
+        let disable = if disable {
+            self.disabling.on_disable(
+                &self.subs,
+                (&delivery.subscription_id, &delivery.tenant_id),
+                DisabledReason::BreakerOpen,
+                self.ctx.topics.subscriptions(),
+                hookline_core::epoch::millis(now),
+            )
+        } else {
+            None
+        };
+        self.commits.defer(Handoff {
+            key,
+            topic: topic.to_owned(),
+            record_key: Some(delivery.tenant_id.as_bytes().to_vec()),
+            value: hookline_envelope::encode(&delivery),
+            written: Written::Reparked {
+                tier: name.to_owned(),
+                reason: ParkReason::BreakerOpen,
+            },
+            disable,
+        });
+    }
+
     /// A 410's dead letter takes the disabled subscription with it (`disable.rs`).
     fn disable_if_gone(&mut self, handoff: &mut Handoff) {
         if let Written::Dead {
@@ -475,9 +536,10 @@ impl Engine {
             ..
         } = &handoff.written
         {
-            handoff.disable = self.disabling.on_gone(
+            handoff.disable = self.disabling.on_disable(
                 &self.subs,
                 (subscription_id, tenant_id),
+                DisabledReason::Gone,
                 self.ctx.topics.subscriptions(),
                 hookline_core::epoch::millis(SystemTime::now()),
             );
@@ -524,6 +586,14 @@ fn emit(note: Note, topics: &[String]) {
         .emit(),
         Note::Panicked(key) => events::AttemptPanicked { key: &key }.emit(),
         Note::RetryLate { label, late } => metrics::retry_lateness(label, late),
+        Note::Breaker {
+            subscription_id,
+            transition,
+        } => events::BreakerChanged {
+            subscription_id: &subscription_id,
+            transition,
+        }
+        .emit(),
     }
 }
 

@@ -26,6 +26,7 @@
 //! - revoke: a revoked partition's queued records are dropped (not finished),
 //!   its holds forgotten; its in-flight attempts may still complete.
 
+mod breakers;
 mod gate;
 mod start;
 
@@ -40,8 +41,11 @@ use std::{
 };
 
 use hookline_core::{
-    epoch, Flow, Job, Ladder, LaneKey, LaneLimits, LaneSettings, Lanes, Release, Started,
+    epoch, BreakerSettings, Flow, Job, Ladder, LaneKey, LaneLimits, LaneSettings, Lanes, Release,
+    Signal, Started, Transition,
 };
+
+use breakers::{Breakers, Decision};
 use hookline_envelope::{decode_value, Delivery, Unusable};
 
 use gate::Gate;
@@ -86,6 +90,17 @@ pub(crate) enum Action {
         delivery: Box<Delivery>,
         why: NoTarget,
     },
+    /// Its subscription's breaker is open: write `delivery`, unattempted and due
+    /// at `until`, to retry tier `tier` in the next transaction, then
+    /// [`Machine::complete`] `key`; with `disable`, the subscription's breaker has
+    /// been open for `--breaker-disable-after`: disable it too.
+    Park {
+        key: Key,
+        delivery: Box<Delivery>,
+        tier: usize,
+        until: SystemTime,
+        disable: bool,
+    },
 }
 
 /// What the adapter must count and log (each is one event).
@@ -107,6 +122,11 @@ pub(crate) enum Note {
     Panicked(Key),
     /// A retry started this late after it was due.
     RetryLate { label: &'static str, late: Duration },
+    /// A subscription's breaker changed state.
+    Breaker {
+        subscription_id: String,
+        transition: Transition,
+    },
 }
 
 /// What became of a fetched record.
@@ -142,6 +162,8 @@ enum Running {
         started: Started<Part>,
         delivery: Box<Delivery>,
         ready_since: SystemTime,
+        /// The probe of its subscription's breaker, until its signal is recorded.
+        probe: bool,
     },
     /// A write pending: the quarantine record of a record that is not a
     /// `Delivery`, or the follow-up of an ended attempt (its lane slot freed).
@@ -174,6 +196,7 @@ pub(crate) struct Machine {
     max_payload_bytes: usize,
     /// When a tier head is due, and where a re-parked one goes.
     ladder: Ladder,
+    breakers: Breakers,
 }
 
 impl Machine {
@@ -182,6 +205,7 @@ impl Machine {
         limits: LaneLimits,
         max_payload_bytes: usize,
         ladder: Ladder,
+        breaker: BreakerSettings,
     ) -> Result<Self, DispatcherError> {
         Ok(Self {
             inputs,
@@ -194,6 +218,7 @@ impl Machine {
             notes: Vec::new(),
             max_payload_bytes,
             ladder,
+            breakers: Breakers::new(breaker),
         })
     }
 
@@ -383,12 +408,54 @@ impl Machine {
         }
     }
 
+    /// An attempt of `key` ended at `now` with `signal` for its endpoint's
+    /// health: its subscription's breaker is told (before
+    /// [`complete`](Self::complete) or [`attempt_ended`](Self::attempt_ended)).
+    pub(crate) fn attempted(&mut self, key: Key, now: SystemTime, signal: Signal) {
+        let Some(Running::Attempt {
+            delivery, probe, ..
+        }) = self.running.get_mut(&key)
+        else {
+            return;
+        };
+        let was_probe = std::mem::take(probe);
+        let subscription_id = delivery.subscription_id.clone();
+        if let Some(transition) = self
+            .breakers
+            .record(&subscription_id, now, signal, was_probe)
+        {
+            self.notes.push(Note::Breaker {
+                subscription_id,
+                transition,
+            });
+        }
+    }
+
+    /// Breakers open or probing now, for the gauge.
+    pub(crate) fn breakers_open(&self) -> usize {
+        self.breakers.open()
+    }
+
     fn release(&mut self, key: Key, run: &Running) {
         match run {
-            Running::Attempt { started, .. } => {
+            Running::Attempt {
+                started,
+                delivery,
+                probe,
+                ..
+            } => {
                 if let Err(error) = self.lanes.complete(started) {
                     self.notes
                         .push(Note::LanesRefusedCompletion(error.to_string()));
+                }
+                if *probe {
+                    // A probe that never answered (panicked, abandoned): the next may probe.
+                    self.breakers.record(
+                        &delivery.subscription_id,
+                        SystemTime::UNIX_EPOCH,
+                        Signal::Neutral,
+                        true,
+                    );
                 }
             }
             Running::Write => {
@@ -420,8 +487,10 @@ impl Machine {
         self.gate_actions(out);
     }
 
-    /// Periodic: releases partitions the lanes drained, asks again for refused rewinds.
+    /// Periodic: releases partitions the lanes drained, asks again for refused
+    /// rewinds, forgets idle breakers.
     pub(crate) fn on_tick(&mut self) {
+        self.breakers.prune();
         let mut out = Vec::new();
         for part in self.lanes.take_resumable() {
             self.gate.release_buffer(part, &mut out);

@@ -3,12 +3,18 @@
 //! or another tenant's, handed on unattempted as a dead letter (its slot freed
 //! at once, its offset finished by the transaction that writes it); a payload
 //! over `--max-payload-bytes` is refused without being sent (and dead-lettered
-//! by the attempt as `payload_too_large`).
+//! by the attempt as `payload_too_large`); a delivery whose subscription's
+//! breaker is open is parked on a tier until the breaker may probe, unattempted.
 
 use std::time::SystemTime;
 
-use super::{Action, Directory, Machine, Note, Running};
-use crate::attempt::Refusal;
+use hookline_core::Started;
+
+use super::{Action, Decision, Directory, Machine, Note, Running};
+use crate::{
+    attempt::Refusal,
+    part::{Key, Part},
+};
 
 impl Machine {
     /// Starts every record the lanes allow at `now`.
@@ -32,16 +38,24 @@ impl Machine {
             let target = match dir.target(&delivery) {
                 Ok(target) => target,
                 Err(why) => {
-                    if let Err(error) = self.lanes.complete(&started) {
-                        self.notes
-                            .push(Note::LanesRefusedCompletion(error.to_string()));
-                    }
-                    self.running.insert(key, Running::Write);
-                    let mut out = Vec::new();
-                    self.gate.write_started(key.0, &mut out);
-                    self.gate_actions(out);
+                    self.hand_on(key, &started);
                     self.actions
                         .push(Action::Unattempted { key, delivery, why });
+                    continue;
+                }
+            };
+            let probe = match self.breakers.admit(&delivery.subscription_id, now) {
+                Decision::Send { probe } => probe,
+                Decision::Park { until, disable } => {
+                    self.hand_on(key, &started);
+                    let wait = until.duration_since(now).unwrap_or_default();
+                    self.actions.push(Action::Park {
+                        key,
+                        delivery,
+                        tier: self.ladder.park_tier(wait),
+                        until,
+                        disable,
+                    });
                     continue;
                 }
             };
@@ -51,6 +65,7 @@ impl Machine {
                     started,
                     delivery: delivery.clone(),
                     ready_since: queued.ready_since,
+                    probe,
                 },
             );
             let len = delivery.payload.len();
@@ -63,5 +78,19 @@ impl Machine {
                 refusal,
             });
         }
+    }
+
+    /// A started record that will not be attempted but written (kept or parked):
+    /// its lane slot is freed at once, and it counts as a pending write until its
+    /// transaction finishes it.
+    fn hand_on(&mut self, key: Key, started: &Started<Part>) {
+        if let Err(error) = self.lanes.complete(started) {
+            self.notes
+                .push(Note::LanesRefusedCompletion(error.to_string()));
+        }
+        self.running.insert(key, Running::Write);
+        let mut out = Vec::new();
+        self.gate.write_started(key.0, &mut out);
+        self.gate_actions(out);
     }
 }

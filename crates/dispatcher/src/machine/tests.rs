@@ -7,7 +7,7 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use hookline_core::{Ladder, LaneLimits, LaneSettings};
+use hookline_core::{BreakerSettings, Ladder, LaneLimits, LaneSettings, Signal, Transition};
 use hookline_envelope::{encode, Delivery};
 
 use super::{Action, Directory, GateAction, Hold, Intake, Machine, Note};
@@ -91,7 +91,14 @@ fn machine(partition_records: usize) -> Machine {
         total_records: 10_000,
         total_bytes: 1 << 30,
     };
-    let mut m = Machine::new(inputs, limits, MAX_PAYLOAD, Ladder::default()).expect("valid limits");
+    let mut m = Machine::new(
+        inputs,
+        limits,
+        MAX_PAYLOAD,
+        Ladder::default(),
+        BreakerSettings::DEFAULT,
+    )
+    .expect("valid limits");
     m.assign(&[D, R]);
     let resumed = gates(&mut m);
     assert_eq!(resumed, vec![GateAction::Resume(D), GateAction::Resume(R)]);
@@ -129,7 +136,7 @@ fn gates(m: &mut Machine) -> Vec<GateAction> {
         .into_iter()
         .filter_map(|a| match a {
             Action::Gate(g) => Some(g),
-            Action::Attempt { .. } | Action::Unattempted { .. } => None,
+            Action::Attempt { .. } | Action::Unattempted { .. } | Action::Park { .. } => None,
         })
         .collect()
 }
@@ -141,7 +148,7 @@ fn start(m: &mut Machine, now: SystemTime, dir: &Dir) -> Vec<Key> {
         .into_iter()
         .filter_map(|a| match a {
             Action::Attempt { key, .. } => Some(key),
-            Action::Gate(_) | Action::Unattempted { .. } => None,
+            Action::Gate(_) | Action::Unattempted { .. } | Action::Park { .. } => None,
         })
         .collect()
 }
@@ -520,7 +527,7 @@ fn disabled_or_deleted_subscription_is_kept_unattempted_and_finished_only_when_w
                 kept.push((key, delivery.subscription_id.clone(), why));
             }
             Action::Attempt { key, .. } => attempted.push(key),
-            Action::Gate(_) => {}
+            Action::Gate(_) | Action::Park { .. } => {}
         }
     }
     assert_eq!(attempted, vec![(D, 3)], "only the enabled one is attempted");
@@ -633,7 +640,7 @@ fn payload_over_the_cap_is_refused_without_being_sent() {
         .into_iter()
         .filter_map(|a| match a {
             Action::Attempt { key, refusal, .. } => Some((key, refusal)),
-            Action::Gate(_) | Action::Unattempted { .. } => None,
+            Action::Gate(_) | Action::Unattempted { .. } | Action::Park { .. } => None,
         })
         .collect();
     assert_eq!(
@@ -647,4 +654,102 @@ fn payload_over_the_cap_is_refused_without_being_sent() {
         ],
         "at the cap is sent, over it is refused"
     );
+}
+
+/// The actions of one `start_ready`: attempted keys and parked (key, tier, until).
+fn start_or_park(
+    m: &mut Machine,
+    now: SystemTime,
+    dir: &Dir,
+) -> (Vec<Key>, Vec<(Key, usize, SystemTime)>) {
+    m.start_ready(now, dir);
+    let (mut attempted, mut parked) = (Vec::new(), Vec::new());
+    for action in m.take_actions() {
+        match action {
+            Action::Attempt { key, .. } => attempted.push(key),
+            Action::Park {
+                key, tier, until, ..
+            } => parked.push((key, tier, until)),
+            Action::Gate(_) | Action::Unattempted { .. } => {}
+        }
+    }
+    (attempted, parked)
+}
+
+/// Ten failures in a row open `s`'s breaker: its next deliveries are parked on a
+/// tier until the breaker may probe (slots freed, attempts unspent), another
+/// subscription's go on; one probe at the open period's end, and its success
+/// closes the breaker.
+#[test]
+fn an_open_breaker_parks_its_deliveries_then_one_probe_closes_it() {
+    let dir = Dir::with(&[("s", 1, true), ("o", 1, true)]);
+    let mut m = machine(100);
+    let mut now = t(0);
+    for offset in 0..10 {
+        push(&mut m, D, offset, &delivery("s", t(0)), now, &dir);
+        assert_eq!(start(&mut m, now, &dir), vec![(D, offset)]);
+        m.attempted((D, offset), now, Signal::Failure);
+        m.attempt_ended((D, offset));
+        m.complete((D, offset), Finished::Durable);
+        now += Duration::from_millis(10);
+    }
+    let opened = now - Duration::from_millis(10);
+    let notes = m.take_notes();
+    assert!(
+        notes.contains(&Note::Breaker {
+            subscription_id: "s".into(),
+            transition: Transition::Opened
+        }),
+        "{notes:?}"
+    );
+    assert_eq!(m.breakers_open(), 1);
+    // Parked on retry-10s (the longest within 30 s), due when it may probe.
+    push(&mut m, D, 10, &delivery("s", t(0)), now, &dir);
+    push(&mut m, D, 11, &delivery("o", t(0)), now, &dir);
+    let until = opened + BreakerSettings::DEFAULT.open_for;
+    let (attempted, parked) = start_or_park(&mut m, now, &dir);
+    assert_eq!(attempted, vec![(D, 11)], "the other subscription goes on");
+    assert_eq!(parked, vec![((D, 10), 0, until)]);
+    assert_eq!(m.lanes().in_flight(), 1, "a parked delivery holds no slot");
+    m.complete((D, 10), Finished::Durable);
+    // At its end: one probe; the next is parked meanwhile.
+    push(&mut m, R, 0, &delivery("s", until), until, &dir);
+    push(&mut m, R, 1, &delivery("s", until), until, &dir);
+    let (attempted, _) = start_or_park(&mut m, until, &dir);
+    assert_eq!(attempted, vec![(R, 0)], "one probe");
+    m.attempted((R, 0), until, Signal::Success);
+    m.complete((R, 0), Finished::Durable);
+    let closed = Note::Breaker {
+        subscription_id: "s".into(),
+        transition: Transition::Closed,
+    };
+    assert!(m.take_notes().contains(&closed));
+    assert_eq!(m.breakers_open(), 0);
+    let (attempted, parked) = start_or_park(&mut m, until, &dir);
+    assert_eq!(
+        (attempted, parked),
+        (vec![(R, 1)], vec![]),
+        "closed: sent again"
+    );
+}
+
+/// A probe that never answers (its task panicked) does not leave the breaker
+/// waiting for it forever: the next delivery probes.
+#[test]
+fn a_lost_probe_lets_the_next_delivery_probe() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = machine(100);
+    for offset in 0..10 {
+        push(&mut m, D, offset, &delivery("s", t(0)), t(0), &dir);
+        assert_eq!(start(&mut m, t(0), &dir), vec![(D, offset)]);
+        m.attempted((D, offset), t(0), Signal::Failure);
+        m.attempt_ended((D, offset));
+        m.complete((D, offset), Finished::Durable);
+    }
+    let probe_at = t(0) + BreakerSettings::DEFAULT.open_for;
+    push(&mut m, D, 10, &delivery("s", t(0)), probe_at, &dir);
+    assert_eq!(start(&mut m, probe_at, &dir), vec![(D, 10)]);
+    m.panicked((D, 10), probe_at, &dir);
+    // Queued again and started again: as the probe, not parked.
+    assert_eq!(start(&mut m, probe_at, &dir), vec![(D, 10)]);
 }

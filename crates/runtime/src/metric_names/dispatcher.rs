@@ -16,9 +16,14 @@ pub const DISPATCHER_RATE_LIMITED_SUBSCRIPTIONS: &str =
 pub const DISPATCHER_BUFFERED_RECORDS: &str = "hookline_dispatcher_buffered_records";
 /// Age of the oldest ready record not yet attempted, by topic.
 pub const DISPATCHER_OLDEST_READY_AGE: &str = "hookline_dispatcher_oldest_ready_age_seconds";
-/// Tier heads written again, unattempted, because their tier released them before
-/// their due time (a `Retry-After` longer than the tier), by the `tier` written to.
-pub const DISPATCHER_REPARKED: &str = "hookline_dispatcher_reparked_total";
+/// Deliveries written to a tier without an attempt, by the `tier` written to and
+/// `reason`: `not_due` (its tier released it before its due time: a `Retry-After`
+/// longer than the tier) or `breaker_open` (its subscription's breaker is open).
+pub const DISPATCHER_PARKED: &str = "hookline_dispatcher_parked_total";
+/// Subscriptions whose circuit breaker is open (or probing) on this replica.
+pub const DISPATCHER_BREAKERS_OPEN: &str = "hookline_dispatcher_breakers_open";
+/// Circuit breaker transitions, by the `state` entered (`open`, `closed`).
+pub const DISPATCHER_BREAKER_TRANSITIONS: &str = "hookline_dispatcher_breaker_transitions_total";
 /// Subscriptions the dispatcher wrote back disabled, by `reason` (`gone`).
 pub const DISPATCHER_SUBSCRIPTIONS_DISABLED: &str =
     "hookline_dispatcher_subscriptions_disabled_total";
@@ -109,8 +114,16 @@ pub(super) fn describe() {
         "Age of the oldest buffered record that is ready but not yet attempted."
     );
     metrics::describe_counter!(
-        DISPATCHER_REPARKED,
-        "Retries written again unattempted, not yet due when their tier released them, by tier."
+        DISPATCHER_PARKED,
+        "Deliveries parked on a tier without an attempt, by tier and reason (not_due, breaker_open)."
+    );
+    metrics::describe_gauge!(
+        DISPATCHER_BREAKERS_OPEN,
+        "Subscriptions whose circuit breaker is open or probing on this replica."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_BREAKER_TRANSITIONS,
+        "Circuit breaker transitions, by the state entered (open, closed)."
     );
     metrics::describe_counter!(
         DISPATCHER_SUBSCRIPTIONS_DISABLED,

@@ -15,6 +15,8 @@ pub mod label {
     pub const STATUS_CLASS: &str = "status_class";
     /// A bounded reason (`not_avro`, `exhausted`, ...).
     pub const REASON: &str = "reason";
+    /// A circuit breaker's state (`open`, `closed`).
+    pub const STATE: &str = "state";
     /// A stage's group consumer (`events`, `deliveries`, a tier, `dead-letters`).
     pub const CONSUMER: &str = "consumer";
     /// Whether a duplicate's payload matched (`same`, `changed`).
