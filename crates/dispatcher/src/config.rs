@@ -134,7 +134,8 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_MAX_ATTEMPTS", default_value_t = ladder::DEFAULT_MAX_ATTEMPTS)]
     pub max_attempts: u32,
 
-    /// Age (since the first attempt) past which no retry is scheduled.
+    /// Age of a delivery, since the delivery was created (its `created_at`), past
+    /// which no retry is scheduled.
     #[arg(long, env = "HOOKLINE_MAX_AGE", default_value = ladder::DEFAULT_MAX_AGE_TEXT, value_parser = parse_duration)]
     pub max_age: Duration,
 

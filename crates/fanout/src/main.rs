@@ -1,6 +1,8 @@
 //! `hookline-fanout`: parses flags and environment, sets up logging, and runs
 //! the service or a `subscriptions` or `topics` subcommand.
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 use hookline_fanout::cli::SubscriptionsCmd;
 
@@ -24,8 +26,16 @@ enum Command {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    // Errors print as one `Error: ` line of their Display chain, never as
+    // anyhow's Debug form (which adds a backtrace under RUST_BACKTRACE=1).
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => hookline_runtime::report_error(e.as_ref()),
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let common = &cli.config.common;
     match cli.command {
         Some(Command::Subscriptions(cmd)) => {
