@@ -31,6 +31,7 @@ use hookline_runtime::{
         txn::{Transactor, TxnSpec},
     },
     ops::Ops,
+    provision,
     signing::SecretStore,
     subscriptions, topic_check, RuntimeError,
 };
@@ -131,7 +132,12 @@ async fn run_stage(
     needed.extend(topics.retries().map(|(_, topic)| topic));
     needed.push(topics.dlq());
     needed.push(topics.quarantine());
-    if !topic_check::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
+    // The command quoted names this dispatcher's ladder, so running it creates
+    // exactly the tiers this dispatcher consumes.
+    let fix = provision::spec::topics_command(&config.common, &config.dispatcher.ladder.tiers());
+    if !topic_check::wait_for_topics(&config.common, &needed, &fix, &ops.health, STAGE, shutdown)
+        .await?
+    {
         return Ok(());
     }
     let table = topics.subscriptions().to_owned();

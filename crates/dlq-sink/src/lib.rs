@@ -72,8 +72,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DlqS
         .set_ready(STAGE, Err("waiting for topics".into()));
     let result = async {
         let needed = [topics.dlq(), topics.quarantine()];
-        if !topic_check::wait_for_topics(&config.common, &needed, &ops.health, STAGE, &shutdown)
-            .await?
+        if !topic_check::wait_for_topics(
+            &config.common,
+            &needed,
+            &topic_check::topics_hint(&config.common),
+            &ops.health,
+            STAGE,
+            &shutdown,
+        )
+        .await?
         {
             return Ok(());
         }

@@ -71,7 +71,16 @@ async fn run_stage(
         topics.deliveries(),
         topics.quarantine(),
     ];
-    if !topic_check::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
+    if !topic_check::wait_for_topics(
+        &config.common,
+        &needed,
+        &topic_check::topics_hint(&config.common),
+        &ops.health,
+        STAGE,
+        shutdown,
+    )
+    .await?
+    {
         return Ok(());
     }
     subscriptions::run_with_table(

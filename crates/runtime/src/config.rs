@@ -7,6 +7,9 @@ use clap::{Args, ValueEnum};
 
 use crate::RuntimeError;
 
+/// The `--brokers` default: the broker `make kafka-up` starts.
+pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
+
 /// Options every hookline service accepts.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
@@ -15,7 +18,7 @@ pub struct CommonArgs {
         long,
         global = true,
         env = "HOOKLINE_BROKERS",
-        default_value = "127.0.0.1:9092"
+        default_value = DEFAULT_BROKERS
     )]
     pub brokers: String,
 

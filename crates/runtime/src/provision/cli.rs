@@ -8,7 +8,7 @@ use clap::Args;
 use super::{
     admin::Admin,
     plan::{plan, PlanOptions},
-    spec::{default_tiers, desired, parse_override, parse_tier, Settings},
+    spec::{desired, parse_override, LadderArgs, Settings},
     Plan, ProvisionError,
 };
 use crate::{
@@ -54,11 +54,9 @@ pub struct TopicsArgs {
     )]
     pub max_message_bytes: u64,
 
-    /// The retry ladder as NAME=DELAY, in order (default: the standard ladder
-    /// retry-10s, retry-1m, retry-15m, retry-2h). Must match the dispatcher's.
-    #[arg(long = "retry-tier", env = "HOOKLINE_TOPICS_RETRY_TIERS",
-          value_delimiter = ',', value_parser = parse_tier, value_name = "NAME=DELAY")]
-    pub retry_tiers: Vec<(String, Duration)>,
+    /// The retry ladder (the dispatcher's flag and variable).
+    #[command(flatten)]
+    pub ladder: LadderArgs,
 
     /// Per-topic setting, repeatable: TOPIC:KEY=VALUE with TOPIC unprefixed
     /// (`events`, `deliveries.retry-2h`, ...) and KEY `partitions`,
@@ -79,11 +77,7 @@ impl TopicsArgs {
     pub fn settings(&self, common: &CommonArgs) -> Settings {
         Settings {
             prefix: common.topic_prefix.clone(),
-            tiers: if self.retry_tiers.is_empty() {
-                default_tiers()
-            } else {
-                self.retry_tiers.clone()
-            },
+            tiers: self.ladder.tiers(),
             partitions: self.partitions,
             replication: self.replication_factor,
             retention: self.retention,

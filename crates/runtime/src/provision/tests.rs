@@ -390,3 +390,38 @@ fn flag_values_parse() {
         [10, 60, 900, 7200]
     );
 }
+
+#[test]
+fn one_ladder_value_reads_back_and_names_the_command() {
+    use super::spec::{tiers_value, topics_command, LadderArgs};
+    use clap::Parser;
+    let tiers = vec![
+        ("fast".to_owned(), Duration::from_secs(5)),
+        ("slow".to_owned(), Duration::from_secs(90)),
+    ];
+    let value = tiers_value(&tiers);
+    assert_eq!(value, "fast=5s,slow=1m30s");
+    let back: Vec<_> = value.split(',').map(|t| parse_tier(t).unwrap()).collect();
+    assert_eq!(back, tiers);
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        common: crate::config::CommonArgs,
+        #[command(flatten)]
+        ladder: LadderArgs,
+    }
+    let cli =
+        Cli::try_parse_from(["x", "--topic-prefix", "dev.", "--retry-tiers", &value]).unwrap();
+    assert_eq!(cli.ladder.tiers(), tiers);
+    assert_eq!(
+        topics_command(&cli.common, &cli.ladder.tiers()),
+        "hookline-fanout --topic-prefix dev. topics --execute --retry-tiers fast=5s,slow=1m30s"
+    );
+    let cli = Cli::try_parse_from(["x", "--brokers", "k:9093"]).unwrap();
+    assert_eq!(cli.ladder.tiers(), default_tiers());
+    assert_eq!(
+        topics_command(&cli.common, &cli.ladder.tiers()),
+        "hookline-fanout --brokers k:9093 topics --execute"
+    );
+}
