@@ -292,3 +292,50 @@ async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
     assert!(ready);
     stop.cancel();
 }
+
+/// The test broker has one node: without `--replication-factor`, the preview
+/// says it uses 1 and why, and `--execute` creates every topic (the default 3
+/// used to fail with InvalidReplicationFactor); an explicit 3 is refused before
+/// anything is created, naming the flag to pass.
+#[tokio::test]
+async fn a_one_broker_cluster_gets_replication_one_and_says_so() {
+    let prefix = prefix();
+    let brokers = brokers();
+    let base = [
+        "topics",
+        "--brokers",
+        &brokers,
+        "--topic-prefix",
+        &prefix,
+        "--partitions",
+        "1",
+    ];
+    let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra)).unwrap();
+
+    let cli = parse(&["--replication-factor", "3", "--execute"]);
+    let err = provision::run(&cli.common, &cli.topics, &mut Vec::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--replication-factor 1"), "{err}");
+
+    let cli = parse(&["--execute"]);
+    let mut out = Vec::new();
+    let plan = provision::run(&cli.common, &cli.topics, &mut out)
+        .await
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("one broker") && out.contains("replication factor 1"),
+        "{out}"
+    );
+    assert!(out.contains("replication=1"), "{out}");
+    let topics = Topics::with_prefix(&prefix).unwrap();
+    assert_eq!(plan.actions.len(), topics.all().len(), "{out}");
+    assert_eq!(
+        topic_config(topics.events(), "min.insync.replicas")
+            .await
+            .as_deref(),
+        Some("1")
+    );
+}
