@@ -103,7 +103,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Disp
             source,
         })?;
     let client = WebhookClient::new(settings.http.clone())?;
-    let ops = Ops::start(config.common.http_addr, STAGE).await?;
+    let ops = Ops::start(
+        config
+            .common
+            .http_addr_or(hookline_runtime::config::default_port::DISPATCHER),
+        STAGE,
+    )
+    .await?;
     metrics::describe();
     ops.health.set_ready(
         STAGE,

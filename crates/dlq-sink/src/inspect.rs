@@ -29,16 +29,22 @@ pub struct InspectArgs {
     pub filter: FilterArgs,
 
     /// Output format: aligned columns, or one JSON object per line.
-    #[arg(long, value_enum, default_value_t = Output::Table)]
+    #[arg(long, env = "HOOKLINE_INSPECT_OUTPUT", value_enum, default_value_t = Output::Table)]
     pub output: Output,
 
     /// Count matching records grouped by these fields instead of listing them
     /// (repeatable: `--count-by tenant --count-by reason`).
-    #[arg(long = "count-by", value_enum, value_name = "FIELD")]
+    #[arg(
+        long = "count-by",
+        env = "HOOKLINE_INSPECT_COUNT_BY",
+        value_delimiter = ',',
+        value_enum,
+        value_name = "FIELD"
+    )]
     pub count_by: Vec<CountBy>,
 
     /// List at most this many records (counting still reads everything).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "HOOKLINE_INSPECT_MAX", value_parser = clap::value_parser!(u64).range(1..))]
     pub max: Option<u64>,
 }
 

@@ -38,7 +38,13 @@ pub enum FanoutError {
 /// then the consumer leaves its group.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), FanoutError> {
     let topics = Topics::with_prefix(&config.common.topic_prefix)?;
-    let ops = Ops::start(config.common.http_addr, STAGE).await?;
+    let ops = Ops::start(
+        config
+            .common
+            .http_addr_or(hookline_runtime::config::default_port::FANOUT),
+        STAGE,
+    )
+    .await?;
     metrics::describe();
     ops.health.set_ready(
         STAGE,

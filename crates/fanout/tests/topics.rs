@@ -266,7 +266,12 @@ async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
         let wanted: Vec<String> = wanted.iter().map(|t| (*t).to_owned()).collect();
         tokio::spawn(async move {
             let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
-            topic_check::wait_for_topics(&common, &wanted, &health, "test", &stop).await
+            // The command quoted is the one given (the dispatcher passes its ladder).
+            let fix = provision::spec::topics_command(
+                &common,
+                &[("fast".to_owned(), Duration::from_secs(5))],
+            );
+            topic_check::wait_for_topics(&common, &wanted, &fix, &health, "test", &stop).await
         })
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -275,6 +280,12 @@ async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
         if verdict.detail.contains("wrong topic settings") {
             assert!(!verdict.ok);
             assert!(verdict.detail.contains("must be `compact`"), "{verdict:?}");
+            assert!(
+                verdict
+                    .detail
+                    .contains("topics --execute --retry-tiers fast=5s`"),
+                "{verdict:?}"
+            );
             break;
         }
         assert!(std::time::Instant::now() < deadline, "{verdict:?}");

@@ -10,7 +10,22 @@ use crate::RuntimeError;
 /// The `--brokers` default: the broker `make kafka-up` starts.
 pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
 
-/// Options every hookline service accepts.
+/// The default port of each service's /metrics, /healthz and /readyz
+/// endpoint: distinct, so the three start side by side on one host.
+pub mod default_port {
+    /// `hookline-fanout`.
+    pub const FANOUT: u16 = 9464;
+    /// `hookline-dispatcher`.
+    pub const DISPATCHER: u16 = 9465;
+    /// `hookline-dlq-sink`.
+    pub const DLQ_SINK: u16 = 9466;
+}
+
+/// Options every hookline service accepts. The Kafka connection flags
+/// (`--brokers`, `--topic-prefix`, `-X`, `--log-format`) are global: they may
+/// follow a subcommand. The service-only ones (`--http-addr`,
+/// `--shutdown-grace`, the group settings, `--log`) are not: one-shot
+/// subcommands neither list nor accept them.
 #[derive(Debug, Clone, Args)]
 pub struct CommonArgs {
     /// Kafka bootstrap servers (comma-separated host:port list).
@@ -39,32 +54,31 @@ pub struct CommonArgs {
     )]
     pub kafka_config: Vec<String>,
 
-    /// Address of the /metrics, /healthz and /readyz endpoint.
-    #[arg(
-        long,
-        global = true,
-        env = "HOOKLINE_HTTP_ADDR",
-        default_value = "0.0.0.0:9464"
-    )]
-    pub http_addr: SocketAddr,
+    /// Address of the /metrics, /healthz and /readyz endpoint (service only).
+    /// Default `0.0.0.0:` and the service's own port, so the three run side by
+    /// side on one host: fanout 9464, dispatcher 9465, dlq-sink 9466.
+    #[arg(long, env = "HOOKLINE_HTTP_ADDR", value_name = "ADDR")]
+    pub http_addr: Option<SocketAddr>,
 
     /// Log output format.
     #[arg(long, global = true, env = "HOOKLINE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
-    /// Log filter in `tracing` syntax (e.g. `info,hookline_fanout=debug`).
-    #[arg(long, global = true, env = "HOOKLINE_LOG", default_value = "info")]
+    /// Log filter in `tracing` syntax (e.g. `info,hookline_fanout=debug`; service
+    /// only: one-shot commands log warnings and errors to stderr).
+    #[arg(long, env = "HOOKLINE_LOG", default_value = "info")]
     pub log: String,
 
-    /// How long shutdown may take before work in flight is abandoned (e.g. `25s`).
-    #[arg(long, global = true, env = "HOOKLINE_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
+    /// How long shutdown may take before work in flight is abandoned (e.g. `25s`;
+    /// service only).
+    #[arg(long, env = "HOOKLINE_SHUTDOWN_GRACE", default_value = "25s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
 
     /// How long the consumer group waits for a member that stopped
     /// heartbeating (kill -9, OOM kill, a lost node) before its partitions move
     /// to the other replicas. At least the broker's
     /// `group.min.session.timeout.ms` (6 s by default).
-    #[arg(long, global = true, env = "HOOKLINE_GROUP_SESSION_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, env = "HOOKLINE_GROUP_SESSION_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub group_session_timeout: Duration,
 
     /// Static group membership (KIP-345): a stable name of this replica, such
@@ -72,13 +86,13 @@ pub struct CommonArgs {
     /// within the session timeout gets its partitions back without a
     /// rebalance; a member that goes away for good keeps its partitions
     /// unowned until the session timeout. Unset: dynamic membership.
-    #[arg(long, global = true, env = "HOOKLINE_GROUP_INSTANCE_ID")]
+    #[arg(long, env = "HOOKLINE_GROUP_INSTANCE_ID")]
     pub group_instance_id: Option<String>,
 
     /// A group consumer that has had no partition assigned, or has lag on an
     /// assigned, unpaused partition and has fetched nothing, for this long is
     /// reported stalled: `/readyz` fails and the stalled-seconds gauge climbs.
-    #[arg(long, global = true, env = "HOOKLINE_CONSUMER_STALL_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "HOOKLINE_CONSUMER_STALL_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub consumer_stall_timeout: Duration,
 }
 
@@ -92,6 +106,12 @@ pub enum LogFormat {
 }
 
 impl CommonArgs {
+    /// `--http-addr`, else `0.0.0.0:default_port` (see [`default_port`]).
+    pub fn http_addr_or(&self, default_port: u16) -> SocketAddr {
+        self.http_addr
+            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], default_port)))
+    }
+
     /// Parses the `-X` passthrough into key/value pairs, reading `@file` values.
     pub fn kafka_overrides(&self) -> Result<Vec<(String, String)>, RuntimeError> {
         self.kafka_config

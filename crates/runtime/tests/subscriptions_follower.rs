@@ -22,7 +22,7 @@ fn common() -> CommonArgs {
         brokers: kafka::brokers(),
         topic_prefix: String::new(),
         kafka_config: Vec::new(),
-        http_addr: "127.0.0.1:0".parse().unwrap(),
+        http_addr: Some("127.0.0.1:0".parse().unwrap()),
         log_format: hookline_runtime::config::LogFormat::Text,
         log: "info".into(),
         shutdown_grace: Duration::from_secs(5),
