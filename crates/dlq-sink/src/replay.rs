@@ -453,7 +453,7 @@ fn settle(
 }
 
 fn producer(common: &CommonArgs) -> Result<FutureProducer, CliError> {
-    Ok(kafka::client_config(common, "hookline-dlq-sink-replay")?
+    Ok(kafka::producer_config(common, "hookline-dlq-sink-replay")?
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")

@@ -604,11 +604,13 @@ fn print_table(
 }
 
 fn producer(common: &CommonArgs) -> Result<FutureProducer, CliError> {
-    Ok(kafka::client_config(common, "hookline-subscriptions-cli")?
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .create()
-        .map_err(|e| hookline_runtime::RuntimeError::kafka("creating the producer", e))?)
+    Ok(
+        kafka::producer_config(common, "hookline-subscriptions-cli")?
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .create()
+            .map_err(|e| hookline_runtime::RuntimeError::kafka("creating the producer", e))?,
+    )
 }
 
 async fn write(

@@ -5,7 +5,10 @@ use std::{net::SocketAddr, time::Duration};
 
 use clap::{Args, ValueEnum};
 
-use crate::RuntimeError;
+use crate::{
+    passthrough::{self, ClientKind},
+    RuntimeError,
+};
 
 /// The `--brokers` default: the broker `make kafka-up` starts.
 pub const DEFAULT_BROKERS: &str = "127.0.0.1:9092";
@@ -43,7 +46,9 @@ pub struct CommonArgs {
 
     /// librdkafka passthrough, repeatable: `-X security.protocol=SASL_SSL`.
     /// `-X key=@/path` reads the value from a file (for mounted Secrets). In the
-    /// environment, separate entries with `;`.
+    /// environment, separate entries with `;`. Routed by librdkafka's scope of
+    /// the property: consumer-only ones to consumers, producer-only ones to
+    /// producers, the rest (and unknown names) to every client.
     #[arg(
         short = 'X',
         long = "kafka-config",
@@ -53,6 +58,28 @@ pub struct CommonArgs {
         value_name = "KEY=VALUE"
     )]
     pub kafka_config: Vec<String>,
+
+    /// librdkafka passthrough for consumers only (same forms as -X). -X
+    /// already sends consumer-only properties (librdkafka's scope `C`) to
+    /// consumers alone; this is for a `*` property meant for consumers only.
+    #[arg(
+        long = "consumer-X",
+        global = true,
+        env = "HOOKLINE_CONSUMER_KAFKA_CONFIG",
+        value_delimiter = ';',
+        value_name = "KEY=VALUE"
+    )]
+    pub consumer_kafka_config: Vec<String>,
+
+    /// librdkafka passthrough for producers only (same forms as -X).
+    #[arg(
+        long = "producer-X",
+        global = true,
+        env = "HOOKLINE_PRODUCER_KAFKA_CONFIG",
+        value_delimiter = ';',
+        value_name = "KEY=VALUE"
+    )]
+    pub producer_kafka_config: Vec<String>,
 
     /// Address of the /metrics, /healthz and /readyz endpoint (service only).
     /// Default `0.0.0.0:` and the service's own port, so the three run side by
@@ -114,12 +141,36 @@ impl CommonArgs {
 
     /// Parses the `-X` passthrough into key/value pairs, reading `@file` values.
     pub fn kafka_overrides(&self) -> Result<Vec<(String, String)>, RuntimeError> {
-        self.kafka_config
-            .iter()
-            .filter(|e| !e.trim().is_empty())
-            .map(|entry| parse_passthrough(entry))
-            .collect()
+        parse_all(&self.kafka_config)
     }
+
+    /// The passthrough a client of `kind` gets, in order: the `-X` entries its
+    /// kind takes (see [`crate::passthrough`]), then `--consumer-X` or
+    /// `--producer-X` (so those win).
+    pub fn kafka_overrides_for(
+        &self,
+        kind: ClientKind,
+    ) -> Result<Vec<(String, String)>, RuntimeError> {
+        let mut entries: Vec<(String, String)> = self
+            .kafka_overrides()?
+            .into_iter()
+            .filter(|(key, _)| passthrough::applies(key, kind))
+            .collect();
+        match kind {
+            ClientKind::Consumer => entries.extend(parse_all(&self.consumer_kafka_config)?),
+            ClientKind::Producer => entries.extend(parse_all(&self.producer_kafka_config)?),
+            ClientKind::Other => {}
+        }
+        Ok(entries)
+    }
+}
+
+fn parse_all(entries: &[String]) -> Result<Vec<(String, String)>, RuntimeError> {
+    entries
+        .iter()
+        .filter(|e| !e.trim().is_empty())
+        .map(|entry| parse_passthrough(entry))
+        .collect()
 }
 
 fn parse_passthrough(entry: &str) -> Result<(String, String), RuntimeError> {
@@ -195,6 +246,55 @@ mod tests {
             parse_passthrough("k=@/nonexistent/hookline"),
             Err(RuntimeError::PassthroughFile { .. })
         ));
+    }
+
+    #[test]
+    fn passthrough_goes_to_the_clients_of_its_scope() {
+        use clap::Parser;
+        #[derive(Debug, Parser)]
+        struct Cli {
+            #[command(flatten)]
+            common: CommonArgs,
+        }
+        let cli = Cli::try_parse_from([
+            "x",
+            "-X",
+            "security.protocol=SSL",
+            "-X",
+            "fetch.max.bytes=1000",
+            "-X",
+            "linger.ms=7",
+            "--consumer-X",
+            "socket.timeout.ms=1",
+            "--producer-X",
+            "socket.timeout.ms=2",
+        ])
+        .unwrap();
+        let keys = |kind| {
+            cli.common
+                .kafka_overrides_for(kind)
+                .unwrap()
+                .into_iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            keys(ClientKind::Consumer),
+            [
+                "security.protocol=SSL",
+                "fetch.max.bytes=1000",
+                "socket.timeout.ms=1"
+            ]
+        );
+        assert_eq!(
+            keys(ClientKind::Producer),
+            [
+                "security.protocol=SSL",
+                "linger.ms=7",
+                "socket.timeout.ms=2"
+            ]
+        );
+        assert_eq!(keys(ClientKind::Other), ["security.protocol=SSL"]);
     }
 
     #[test]

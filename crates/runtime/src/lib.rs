@@ -9,6 +9,7 @@ pub mod http;
 pub mod kafka;
 pub mod metric_names;
 pub mod ops;
+pub mod passthrough;
 pub mod provision;
 pub mod server;
 pub mod shutdown;

@@ -22,6 +22,8 @@ fn common() -> CommonArgs {
         brokers: kafka::brokers(),
         topic_prefix: String::new(),
         kafka_config: Vec::new(),
+        consumer_kafka_config: vec![],
+        producer_kafka_config: vec![],
         http_addr: Some("127.0.0.1:0".parse().unwrap()),
         log_format: hookline_runtime::config::LogFormat::Text,
         log: "info".into(),
