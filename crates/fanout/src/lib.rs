@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod config;
 mod dedup;
+pub mod events_cli;
 mod metrics;
 mod service;
 pub mod transform;

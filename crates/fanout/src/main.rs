@@ -1,5 +1,5 @@
 //! `hookline-fanout`: parses flags and environment, sets up logging, and runs
-//! the service or a `subscriptions` or `topics` subcommand.
+//! the service or a `subscriptions`, `topics` or `events` subcommand.
 
 use std::process::ExitCode;
 
@@ -23,6 +23,9 @@ enum Command {
     Subscriptions(SubscriptionsCmd),
     /// Create or correct every hookline topic (previews unless --execute).
     Topics(hookline_runtime::provision::TopicsArgs),
+    /// Publish a sample domain event (for a first try; no kcat needed).
+    #[command(subcommand)]
+    Events(hookline_fanout::events_cli::EventsCmd),
 }
 
 #[tokio::main]
@@ -43,6 +46,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
             let mut stdout = std::io::stdout().lock();
             hookline_fanout::cli::run(common, cmd, &mut stdout).await?;
+        }
+        Some(Command::Events(cmd)) => {
+            hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
+            let mut stdout = std::io::stdout().lock();
+            hookline_fanout::events_cli::run(common, cmd, &mut stdout).await?;
         }
         Some(Command::Topics(args)) => {
             hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
