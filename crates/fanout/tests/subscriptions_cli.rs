@@ -2,6 +2,8 @@
 //! `enable` flip only `enabled` (and bump the version) without repeating the
 //! URL, a later `put` without `--enabled` keeps a disabled subscription
 //! disabled, `--enabled true` re-enables it, and `get` prints the record.
+// The helpers below run only inside the test; a failure there is the test's.
+#![allow(clippy::unwrap_used)]
 
 use clap::Parser;
 use hookline_envelope::Subscription;
