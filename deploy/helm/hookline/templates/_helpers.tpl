@@ -224,7 +224,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- join ";" $entries -}}
 {{- end -}}
 
-{{/* Environment shared by every component and the topics Job. */}}
+{{/* Environment shared by every component and the topics Job (which leaves
+     out the service-only HOOKLINE_HTTP_ADDR and HOOKLINE_LOG). */}}
 {{- define "hookline.commonEnv" -}}
 HOOKLINE_BROKERS: {{ required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers | quote }}
 HOOKLINE_TOPIC_PREFIX: {{ .Values.topics.prefix | quote }}
