@@ -308,9 +308,10 @@ pub fn wrong_topic_config(topics: &Topics, topic: &str, policy: Option<&str>) ->
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct LadderArgs {
     /// The retry ladder as NAME=DELAY, in order, comma-separated; each tier is
-    /// the topic `deliveries.NAME` (default: retry-10s=10s,retry-1m=1m,
-    /// retry-15m=15m,retry-2h=2h). `hookline-fanout topics` and the dispatcher
-    /// read the same flag and variable: give both the same value.
+    /// the topic `deliveries.NAME`. Default:
+    /// `retry-10s=10s,retry-1m=1m,retry-15m=15m,retry-2h=2h`.
+    /// `hookline-fanout topics` and the dispatcher read the same flag and
+    /// variable: give both the same value.
     #[arg(long = "retry-tiers", env = "HOOKLINE_RETRY_TIERS", value_delimiter = ',',
           value_parser = parse_tier, value_name = "NAME=DELAY")]
     pub retry_tiers: Vec<(String, Duration)>,
