@@ -231,6 +231,31 @@ fn the_binary_previews_by_default_and_exits_non_zero_on_refusal() {
     assert!(stderr.contains("refusing to change topics"), "{stderr}");
 }
 
+/// A failing command prints `Error: ` and the Display chain, and no
+/// backtrace even under `RUST_BACKTRACE=1` (anyhow's Debug form printed one).
+#[test]
+fn errors_print_one_display_chain_and_no_backtrace() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hookline-fanout"))
+        .args([
+            "topics",
+            "--replication-factor",
+            "1",
+            "--set",
+            "nope:partitions=1",
+        ])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("running hookline-fanout");
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("Error: invalid topic settings"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unknown topic `nope`"), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+}
+
 #[tokio::test]
 async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
     use hookline_runtime::{health::Health, topic_check};

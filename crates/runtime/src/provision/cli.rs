@@ -102,6 +102,9 @@ pub async fn run(
     args: &TopicsArgs,
     out: &mut impl Write,
 ) -> Result<Plan, ProvisionError> {
+    // Bad settings are refused before connecting (the replication factor is
+    // checked against the cluster below, once its broker count is known).
+    desired(&args.settings(common, args.replication_factor.unwrap_or(1)))?;
     let admin = Admin::new(client_config(common, "hookline-topics")?, args.timeout)?;
     let brokers = admin.brokers().await?;
     let (replication, said) = replication(args, brokers)?;
