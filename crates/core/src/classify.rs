@@ -96,8 +96,11 @@ pub enum AttemptResult {
 /// Why a delivery is dead-lettered without further attempts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RejectReason {
-    /// A 4xx other than 408, 425 and 429.
+    /// A 4xx other than 408, 410, 425 and 429.
     Http4xx,
+    /// 410 Gone: the endpoint says it will never take deliveries again, so the dispatcher
+    /// also disables the subscription (`disabled_reason = gone`).
+    Gone,
     /// A 3xx: redirects are not followed.
     Redirect,
     EgressDenied,
@@ -107,8 +110,9 @@ pub enum RejectReason {
 
 impl RejectReason {
     /// Every reason.
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Http4xx,
+        Self::Gone,
         Self::Redirect,
         Self::EgressDenied,
         Self::PayloadTooLarge,
@@ -119,6 +123,7 @@ impl RejectReason {
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Http4xx => "rejected_4xx",
+            Self::Gone => "gone",
             Self::Redirect => "redirect",
             Self::EgressDenied => "egress_denied",
             Self::PayloadTooLarge => "payload_too_large",
@@ -136,17 +141,25 @@ pub enum DeadLetterReason {
     Exhausted,
     /// A verdict of [`Verdict::Rejected`].
     Rejected(RejectReason),
+    /// Its subscription is disabled (by an operator, a 410 or the breaker): kept, not
+    /// attempted, for `replay --subscription` once it is enabled again.
+    SubscriptionDisabled,
+    /// Its subscription was deleted (or now belongs to another tenant): kept, not
+    /// attempted, so that `inspect` counts it and nothing vanishes silently.
+    Cancelled,
 }
 
 impl DeadLetterReason {
     /// Every reason a dead letter can carry.
-    pub const ALL: [DeadLetterReason; 1 + RejectReason::ALL.len()] = {
-        let mut all = [Self::Exhausted; 1 + RejectReason::ALL.len()];
+    pub const ALL: [DeadLetterReason; 3 + RejectReason::ALL.len()] = {
+        let mut all = [Self::Exhausted; 3 + RejectReason::ALL.len()];
         let mut i = 0;
         while i < RejectReason::ALL.len() {
             all[i + 1] = Self::Rejected(RejectReason::ALL[i]);
             i += 1;
         }
+        all[i + 1] = Self::SubscriptionDisabled;
+        all[i + 2] = Self::Cancelled;
         all
     };
 
@@ -155,6 +168,8 @@ impl DeadLetterReason {
         match self {
             Self::Exhausted => "exhausted",
             Self::Rejected(reason) => reason.as_str(),
+            Self::SubscriptionDisabled => "subscription_disabled",
+            Self::Cancelled => "cancelled",
         }
     }
 }
@@ -396,6 +411,9 @@ pub fn classify(result: &AttemptResult, now: SystemTime) -> Classification {
                 300..=399 => Verdict::Rejected {
                     reason: RejectReason::Redirect,
                 },
+                410 => Verdict::Rejected {
+                    reason: RejectReason::Gone,
+                },
                 400..=499 => Verdict::Rejected {
                     reason: RejectReason::Http4xx,
                 },
@@ -521,10 +539,11 @@ mod tests {
         // The match is exhaustive: a new reason fails to compile here until it is listed.
         let position = |r: RejectReason| match r {
             RejectReason::Http4xx => 0,
-            RejectReason::Redirect => 1,
-            RejectReason::EgressDenied => 2,
-            RejectReason::PayloadTooLarge => 3,
-            RejectReason::InvalidUrl => 4,
+            RejectReason::Gone => 1,
+            RejectReason::Redirect => 2,
+            RejectReason::EgressDenied => 3,
+            RejectReason::PayloadTooLarge => 4,
+            RejectReason::InvalidUrl => 5,
         };
         for (i, r) in RejectReason::ALL.into_iter().enumerate() {
             assert_eq!(position(r), i, "{r:?}");
@@ -534,17 +553,20 @@ mod tests {
     }
 
     #[test]
-    fn dead_letter_reasons_are_exhausted_or_a_rejection() {
+    fn dead_letter_reasons_are_listed_once_in_order() {
         let labels: Vec<&str> = DeadLetterReason::ALL.iter().map(|r| r.as_str()).collect();
         assert_eq!(
             labels,
             [
                 "exhausted",
                 "rejected_4xx",
+                "gone",
                 "redirect",
                 "egress_denied",
                 "payload_too_large",
-                "invalid_url"
+                "invalid_url",
+                "subscription_disabled",
+                "cancelled"
             ]
         );
     }
@@ -605,6 +627,8 @@ mod tests {
             (308, None, rejected(Redirect), "http_308"),
             (400, None, rejected(Http4xx), "http_400"),
             (404, Some("30"), rejected(Http4xx), "http_404"),
+            (410, None, rejected(Gone), "http_410"),
+            (410, Some("30"), rejected(Gone), "http_410"),
             (413, None, rejected(Http4xx), "http_413"),
             (418, None, rejected(Http4xx), "http_4xx"),
             (499, None, rejected(Http4xx), "http_4xx"),

@@ -1,7 +1,11 @@
-//! The retry ladder: a failed delivery is scheduled on the smallest tier whose delay
-//! covers both its ladder step and the receiver's `Retry-After`, never earlier than
-//! `now + delay`, and is exhausted after `max_attempts` attempts or when its next
-//! attempt would fall after `first_attempt_at + max_age`.
+//! The retry ladder: a failed delivery waits its ladder step or the receiver's
+//! `Retry-After`, whichever is longer — exactly, never less — and a throttle (a 429,
+//! or a 503 with a hint) waits its hint alone, without climbing the ladder. It is
+//! parked on the longest tier whose delay fits in that wait, and when the tier
+//! releases it before it is due it is parked again ([`Ladder::release`]), so a long
+//! hint neither is undercut nor stalls a tier partition. It is exhausted after
+//! `max_attempts` attempts or when its next attempt would fall after
+//! `first_attempt_at + max_age`.
 //!
 //! Validated at construction: at least one tier, non-zero strictly increasing delays,
 //! unique topic-safe names, `max_attempts ≥ 1`, `max_age > 0`, every duration at most
@@ -34,6 +38,10 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 15;
 pub const DEFAULT_MAX_AGE: Duration = Duration::from_secs(24 * 3600);
 /// [`DEFAULT_MAX_AGE`] as the dispatcher's `--max-age` default (a test checks they agree).
 pub const DEFAULT_MAX_AGE_TEXT: &str = "24h";
+/// The longest `Retry-After` honoured by default; a longer hint waits this long.
+pub const DEFAULT_MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 3600);
+/// [`DEFAULT_MAX_RETRY_AFTER`] as the dispatcher's `--max-retry-after` default.
+pub const DEFAULT_MAX_RETRY_AFTER_TEXT: &str = "24h";
 /// The default ladder's `max_jitter`.
 pub const DEFAULT_MAX_JITTER: Duration = Duration::from_millis(500);
 /// [`DEFAULT_MAX_JITTER`] as the dispatcher's `--retry-jitter` default.
@@ -56,6 +64,8 @@ pub enum LadderSetting {
     MaxAge,
     /// `max_jitter`.
     MaxJitter,
+    /// `max_retry_after`.
+    MaxRetryAfter,
 }
 
 impl fmt::Display for LadderSetting {
@@ -64,6 +74,7 @@ impl fmt::Display for LadderSetting {
             Self::TierDelay => "tier delay",
             Self::MaxAge => "max_age",
             Self::MaxJitter => "max_jitter",
+            Self::MaxRetryAfter => "max_retry_after",
         })
     }
 }
@@ -129,6 +140,17 @@ impl ExhaustReason {
     }
 }
 
+/// Whether a tier's head may be attempted now ([`Ladder::release`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Due: attempt it.
+    Ready,
+    /// Hold the partition until `until`, then ask again.
+    Wait { until: SystemTime },
+    /// Released by its tier but not due: write it, unattempted, to tier `tier`.
+    Repark { tier: usize },
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryDecision {
     /// Write the delivery to `tiers()[tier]` with this `due_at`.
@@ -144,6 +166,7 @@ pub struct Ladder {
     max_attempts: u32,
     max_age: Duration,
     max_jitter: Duration,
+    max_retry_after: Duration,
 }
 
 impl Default for Ladder {
@@ -227,7 +250,20 @@ impl Ladder {
             max_attempts,
             max_age,
             max_jitter,
+            max_retry_after: DEFAULT_MAX_RETRY_AFTER,
         })
+    }
+
+    /// The longest `Retry-After` honoured (default [`DEFAULT_MAX_RETRY_AFTER`]): a
+    /// longer hint waits this long. Zero ignores hints.
+    pub fn with_max_retry_after(mut self, max: Duration) -> Result<Self, LadderError> {
+        check_bound(LadderSetting::MaxRetryAfter, max)?;
+        self.max_retry_after = max;
+        Ok(self)
+    }
+
+    pub fn max_retry_after(&self) -> Duration {
+        self.max_retry_after
     }
 
     pub fn tiers(&self) -> &[Tier] {
@@ -259,18 +295,25 @@ impl Ladder {
     ///   first), else with `MaxAge` when the computed `due_at` (jitter included) is
     ///   after `first_attempt_at + max_age`. So a `Retry` is never due past the
     ///   deadline; a due exactly at the deadline is still allowed.
-    /// - Otherwise the ladder step is tier `min(attempts_made − 1, last)`; the chosen
-    ///   tier is the first at or after the step whose delay ≥ `retry_after`, or the
-    ///   last tier when none covers it (a hint longer than the last tier is honoured
-    ///   only up to it, so one record cannot stall a tier partition for days).
-    /// - `due_at = now + tier.delay + max_jitter × jitter_unit`; `jitter_unit` is
-    ///   clamped to [0, 1] (NaN → 0), so jitter only ever delays, by ≤ `max_jitter`.
+    /// - The hint is `retry_after` capped at `max_retry_after`. A failure waits
+    ///   `max(step, hint)`, the step being tier `min(attempts_made − 1, last)`'s
+    ///   delay; a throttle (`throttled`) waits `max(hint, first tier's delay)`,
+    ///   whatever its attempt count: it does not climb the ladder.
+    /// - `due_at = now + wait + max_jitter × jitter_unit`; `jitter_unit` is clamped
+    ///   to [0, 1] (NaN → 0), so jitter only ever delays, by ≤ `max_jitter`.
+    /// - The tier is the longest whose delay fits in the wait ([`park_tier`]): the
+    ///   step's tier or a later one for a failure, and for a wait longer than the
+    ///   last tier the last, which re-parks it until it is due ([`release`]).
+    ///
+    /// [`park_tier`]: Self::park_tier
+    /// [`release`]: Self::release
     pub fn decide(
         &self,
         attempts_made: u32,
         first_attempt_at: SystemTime,
         now: SystemTime,
         retry_after: Option<Duration>,
+        throttled: bool,
         jitter_unit: f64,
     ) -> RetryDecision {
         if attempts_made >= self.max_attempts {
@@ -278,8 +321,15 @@ impl Ladder {
                 reason: ExhaustReason::MaxAttempts,
             };
         }
-        let tier = self.covering_tier(self.step(attempts_made), retry_after);
-        let wait = self.tiers[tier].delay + self.jitter(jitter_unit);
+        let hint = retry_after.unwrap_or_default().min(self.max_retry_after);
+        let floor = if throttled {
+            self.tiers[0].delay
+        } else {
+            self.tiers[self.step(attempts_made)].delay
+        };
+        let exact = floor.max(hint);
+        let tier = self.park_tier(exact);
+        let wait = exact + self.jitter(jitter_unit);
         let Some(due_at) = now.checked_add(wait) else {
             // Only reachable with a clock near the end of representable time.
             return RetryDecision::Exhausted {
@@ -299,11 +349,52 @@ impl Ladder {
         usize::try_from(attempts_made.max(1) - 1).map_or(last, |s| s.min(last))
     }
 
-    fn covering_tier(&self, step: usize, retry_after: Option<Duration>) -> usize {
-        let hint = retry_after.unwrap_or(Duration::ZERO);
-        (step..self.tiers.len())
-            .find(|&i| self.tiers[i].delay >= hint)
-            .unwrap_or(self.tiers.len() - 1)
+    /// The longest tier whose delay fits in `wait`; the first when none does.
+    pub fn park_tier(&self, wait: Duration) -> usize {
+        self.tiers
+            .iter()
+            .rposition(|t| t.delay <= wait)
+            .unwrap_or(0)
+    }
+
+    /// Whether the head of tier `tier`, due at `due_at` and written to the tier at
+    /// `written_at` (its Kafka timestamp, when it has one), may be attempted at `now`.
+    ///
+    /// - Due: `Ready`. Never before `due_at`.
+    /// - The tier releases a record at `written_at + delay`. Before that: `Wait`
+    ///   until that or `due_at`, whichever is first.
+    /// - Released but not due: when what is left is no more than the first tier's
+    ///   delay, `Wait` for it in place (the partition is held that long at most, and
+    ///   a re-park would make it late); else `Repark` on the longest tier that fits
+    ///   what is left, so the partition behind it flows on.
+    /// - Without `written_at`, `Wait` until `due_at` (as a tier always did).
+    pub fn release(
+        &self,
+        tier: usize,
+        due_at: SystemTime,
+        written_at: Option<SystemTime>,
+        now: SystemTime,
+    ) -> Release {
+        if now >= due_at {
+            return Release::Ready;
+        }
+        let delay = self.tiers.get(tier).map_or(Duration::ZERO, |t| t.delay);
+        let released = written_at.and_then(|w| w.checked_add(delay));
+        let Some(released) = released else {
+            return Release::Wait { until: due_at };
+        };
+        if now < released {
+            return Release::Wait {
+                until: released.min(due_at),
+            };
+        }
+        let left = due_at.duration_since(now).unwrap_or_default();
+        if left <= self.tiers[0].delay {
+            return Release::Wait { until: due_at };
+        }
+        Release::Repark {
+            tier: self.park_tier(left),
+        }
     }
 
     fn jitter(&self, unit: f64) -> Duration {

@@ -52,20 +52,118 @@ fn decide_table() {
         (4, None, retry(3, now + 7200)),
         (5, None, retry(3, now + 7200)),
         (999, None, retry(3, now + 7200)),
-        // Retry-After lifts to the smallest covering tier.
+        // A hint is waited exactly, on the longest tier that fits in it.
         (1, Some(0), retry(0, now + 10)),
         (1, Some(10), retry(0, now + 10)),
-        (1, Some(11), retry(1, now + 60)),
-        (1, Some(120), retry(2, now + 900)),
+        (1, Some(11), retry(0, now + 11)),
+        (1, Some(61), retry(1, now + 61)),
+        (1, Some(120), retry(1, now + 120)),
+        (1, Some(3600), retry(2, now + 3600)),
+        // The ladder step is a floor under a shorter hint.
         (2, Some(5), retry(1, now + 60)),
-        (1, Some(3600), retry(3, now + 7200)),
-        // Longer than the last tier: the last tier.
-        (1, Some(86_400), retry(3, now + 7200)),
-        (4, Some(86_400), retry(3, now + 7200)),
+        (4, Some(61), retry(3, now + 7200)),
+        // Longer than the last tier: the last tier, due at the hint (re-parked).
+        (1, Some(86_400), retry(3, now + 86_400)),
+        (4, Some(86_400), retry(3, now + 86_400)),
+        // Capped at max_retry_after (24 h by default).
+        (1, Some(3 * 86_400), retry(3, now + 86_400)),
     ];
     for (attempts, hint, expected) in cases {
-        let got = l.decide(*attempts, at(T0), at(now), hint.map(secs), 0.0);
+        let got = l.decide(*attempts, at(T0), at(now), hint.map(secs), false, 0.0);
         assert_eq!(got, *expected, "attempts {attempts}, hint {hint:?}");
+    }
+}
+
+#[test]
+fn a_throttle_waits_its_hint_and_does_not_climb_the_ladder() {
+    let l = plain();
+    let now = T0 + 100;
+    // (attempts_made, retry_after secs, expected)
+    let cases: &[(u32, Option<u64>, RetryDecision)] = &[
+        (1, Some(1), retry(0, now + 10)),
+        (5, Some(1), retry(0, now + 10)),
+        (5, None, retry(0, now + 10)),
+        (9, Some(12), retry(0, now + 12)),
+        (9, Some(61), retry(1, now + 61)),
+        (9, Some(90_000), retry(3, now + 86_400)),
+    ];
+    for (attempts, hint, expected) in cases {
+        let got = l.decide(*attempts, at(T0), at(now), hint.map(secs), true, 0.0);
+        assert_eq!(got, *expected, "attempts {attempts}, hint {hint:?}");
+    }
+}
+
+#[test]
+fn max_retry_after_caps_the_hint_and_zero_ignores_it() {
+    let capped = plain().with_max_retry_after(secs(3600)).unwrap();
+    assert_eq!(capped.max_retry_after(), secs(3600));
+    let now = T0 + 100;
+    assert_eq!(
+        capped.decide(1, at(T0), at(now), Some(secs(86_400)), false, 0.0),
+        retry(2, now + 3600)
+    );
+    let ignoring = plain().with_max_retry_after(Duration::ZERO).unwrap();
+    assert_eq!(
+        ignoring.decide(1, at(T0), at(now), Some(secs(86_400)), false, 0.0),
+        retry(0, now + 10)
+    );
+    assert_eq!(
+        plain()
+            .with_max_retry_after(MAX_LADDER_DURATION + secs(1))
+            .err(),
+        Some(LadderError::TooLong {
+            what: LadderSetting::MaxRetryAfter,
+            value: MAX_LADDER_DURATION + secs(1),
+        })
+    );
+}
+
+#[test]
+fn release_table() {
+    let l = plain();
+    let w = T0; // written to the tier at T0
+    let release = |tier: usize, due: u64, written: Option<u64>, now: u64| {
+        l.release(tier, at(due), written.map(at), at(now))
+    };
+    let wait = |until: u64| Release::Wait { until: at(until) };
+    // (tier, due, written, now, expected)
+    let cases: &[(usize, u64, Option<u64>, u64, Release)] = &[
+        // Due: ready, whatever the tier says.
+        (0, w + 10, Some(w), w + 10, Release::Ready),
+        (3, w + 10, Some(w), w + 11, Release::Ready),
+        // Before the tier releases it: wait for that, or for the due time if sooner.
+        (0, w + 10, Some(w), w, wait(w + 10)),
+        (3, w + 86_400, Some(w), w + 100, wait(w + 7200)),
+        (1, w + 30, Some(w), w + 5, wait(w + 30)),
+        // Released, not due, at most the first tier's delay left: wait in place.
+        (3, w + 7205, Some(w), w + 7200, wait(w + 7205)),
+        (1, w + 70, Some(w), w + 60, wait(w + 70)),
+        // Released with more left: re-parked on the longest tier that fits.
+        (1, w + 71, Some(w), w + 60, Release::Repark { tier: 0 }),
+        (
+            3,
+            w + 86_400,
+            Some(w),
+            w + 7200,
+            Release::Repark { tier: 3 },
+        ),
+        (3, w + 8200, Some(w), w + 7200, Release::Repark { tier: 2 }),
+        (
+            3,
+            w + 7200 + 120,
+            Some(w),
+            w + 7200,
+            Release::Repark { tier: 1 },
+        ),
+        // No write time (no timestamp): wait for the due time, as a tier always did.
+        (3, w + 86_400, None, w + 7200, wait(w + 86_400)),
+    ];
+    for (tier, due, written, now, expected) in cases {
+        assert_eq!(
+            release(*tier, *due, *written, *now),
+            *expected,
+            "tier {tier}, due {due}, written {written:?}, now {now}"
+        );
     }
 }
 
@@ -87,11 +185,19 @@ fn exhaustion_table() {
         // Jitter counts: 988 + 10 + 2 = 1000 fits, 988 + 10 + 4 does not.
         (1, 988, None, 0.5, retry(0, T0 + 1000)),
         (1, 988, None, 1.0, exhausted(ExhaustReason::MaxAge)),
-        // A hint that lifts the tier past the deadline exhausts.
-        (1, 950, Some(50), 0.0, exhausted(ExhaustReason::MaxAge)),
+        // A hint is waited exactly: up to the deadline it is retried, past it exhausted.
+        (1, 950, Some(50), 0.0, retry(0, T0 + 1000)),
+        (1, 950, Some(51), 0.0, exhausted(ExhaustReason::MaxAge)),
     ];
     for (attempts, offset, hint, unit, expected) in cases {
-        let got = l.decide(*attempts, at(T0), at(T0 + offset), hint.map(secs), *unit);
+        let got = l.decide(
+            *attempts,
+            at(T0),
+            at(T0 + offset),
+            hint.map(secs),
+            false,
+            *unit,
+        );
         assert_eq!(
             got, *expected,
             "attempts {attempts}, offset {offset}, hint {hint:?}, jitter {unit}"
@@ -115,7 +221,7 @@ fn jitter_is_clamped_to_unit_interval() {
         (f64::NAN, 10_000),
     ];
     for (unit, millis) in cases {
-        let got = l.decide(1, at(T0), at(T0), None, *unit);
+        let got = l.decide(1, at(T0), at(T0), None, false, *unit);
         let due = at(T0) + Duration::from_millis(*millis);
         assert_eq!(
             got,
@@ -135,7 +241,7 @@ fn default_ladder_gives_about_a_day_of_attempts() {
     let mut attempts = 1;
     let mut times = vec![0];
     let reason = loop {
-        match l.decide(attempts, at(T0), now, None, 0.0) {
+        match l.decide(attempts, at(T0), now, None, false, 0.0) {
             RetryDecision::Retry { due_at, .. } => {
                 now = due_at;
                 attempts += 1;
@@ -151,7 +257,7 @@ fn default_ladder_gives_about_a_day_of_attempts() {
                                                          // Had max_attempts allowed one more, max_age would have stopped it.
     let unlimited = Ladder::new(l.tiers().to_vec(), 100, l.max_age(), Duration::ZERO).unwrap();
     assert_eq!(
-        unlimited.decide(15, at(T0), now, None, 0.0),
+        unlimited.decide(15, at(T0), now, None, false, 0.0),
         RetryDecision::Exhausted {
             reason: ExhaustReason::MaxAge
         }
@@ -309,11 +415,14 @@ fn ladder_strategy() -> impl Strategy<Value = Ladder> {
 }
 
 proptest! {
+    /// Never before the hint (up to `max_retry_after`), never before the ladder step
+    /// unless it is a throttle, never past `max_age`; the tier is the longest that fits.
     #[test]
-    fn retry_is_never_early_and_tier_is_minimal(
+    fn retry_is_never_early_and_the_tier_fits_the_wait(
         l in ladder_strategy(),
         attempts in 0u32..60,
-        hint_ms in proptest::option::of(0u64..200_000),
+        hint_ms in proptest::option::of(0u64..200_000_000),
+        throttled in any::<bool>(),
         age_used_ms in 0u64..1_000_000,
         unit in 0.0f64..1.0,
     ) {
@@ -322,23 +431,25 @@ proptest! {
         let tiers = l.tiers();
         let last = tiers.len() - 1;
         let step = (attempts.max(1) as usize - 1).min(last);
-        let need = hint.unwrap_or(Duration::ZERO).max(tiers[step].delay);
-        // Oracle: the first tier at or after the step covering the hint, else the last.
-        let oracle = (step..=last).find(|&i| tiers[i].delay >= need).unwrap_or(last);
+        let floor = if throttled { tiers[0].delay } else { tiers[step].delay };
+        let need = hint.unwrap_or_default().min(l.max_retry_after()).max(floor);
+        // Oracle: the last tier whose delay is within the wait, else the first.
+        let oracle = (0..=last).rev().find(|&i| tiers[i].delay <= need).unwrap_or(0);
         let deadline = at(T0) + l.max_age();
-        let earliest = now + tiers[oracle].delay;
+        let earliest = now + need;
         let latest = earliest + l.max_jitter();
-        match l.decide(attempts, at(T0), now, hint, unit) {
+        let decision = l.decide(attempts, at(T0), now, hint, throttled, unit);
+        match decision {
             RetryDecision::Retry { tier, due_at } => {
                 prop_assert!(attempts < l.max_attempts());
                 prop_assert_eq!(tier, oracle);
-                prop_assert!(tier >= step);
-                prop_assert!(due_at >= now + tiers[step].delay);
+                if !throttled {
+                    prop_assert!(tier >= step, "a failure never goes below its step");
+                    prop_assert!(due_at >= now + tiers[step].delay);
+                }
+                prop_assert!(due_at >= now + hint.unwrap_or_default().min(l.max_retry_after()));
                 prop_assert!(due_at >= earliest && due_at <= latest);
                 prop_assert!(due_at <= deadline);
-                if need <= tiers[last].delay {
-                    prop_assert!(due_at >= now + need);
-                }
             }
             RetryDecision::Exhausted { reason: ExhaustReason::MaxAttempts } => {
                 prop_assert!(attempts >= l.max_attempts());
@@ -350,7 +461,6 @@ proptest! {
         }
         // Whenever even the earliest possible due misses the deadline, it is exhausted;
         // whenever even the latest fits, it is retried.
-        let decision = l.decide(attempts, at(T0), now, hint, unit);
         if attempts < l.max_attempts() && earliest > deadline {
             prop_assert_eq!(decision, RetryDecision::Exhausted { reason: ExhaustReason::MaxAge });
         }
@@ -358,6 +468,50 @@ proptest! {
             let is_retry = matches!(decision, RetryDecision::Retry { .. });
             prop_assert!(is_retry);
         }
+    }
+
+    /// A record parked through the tiers (re-parked each time its tier releases it
+    /// before it is due) is attempted exactly at its due time, never before, and no
+    /// tier holds it longer than its own delay plus the first tier's.
+    #[test]
+    fn parking_through_the_tiers_releases_exactly_at_the_due_time(
+        l in ladder_strategy(),
+        tops in 0.0f64..1000.0,
+        lag_ms in 0u64..2_000,
+    ) {
+        // Up to a thousand times the last tier's delay.
+        let top = l.tiers().last().unwrap().delay;
+        let wait_ms = (top.as_millis() as f64 * tops) as u64;
+        let due = at(T0) + Duration::from_millis(wait_ms);
+        let mut tier = l.park_tier(Duration::from_millis(wait_ms));
+        let mut written = at(T0);
+        let mut now = written;
+        let mut parks = 0;
+        loop {
+            match l.release(tier, due, Some(written), now) {
+                Release::Ready => break,
+                Release::Wait { until } => {
+                    prop_assert!(until > now);
+                    prop_assert!(until <= due);
+                    let held = until.duration_since(written).unwrap();
+                    prop_assert!(held <= l.tiers()[tier].delay + l.tiers()[0].delay);
+                    now = until;
+                }
+                Release::Repark { tier: next } => {
+                    prop_assert!(now < due);
+                    prop_assert!(l.tiers()[next].delay <= due.duration_since(now).unwrap());
+                    // Written again a little later (the transaction's lag).
+                    written = now + Duration::from_millis(lag_ms);
+                    now = written;
+                    tier = next;
+                    parks += 1;
+                    prop_assert!(parks < 10_000, "never ends");
+                }
+            }
+        }
+        prop_assert!(now >= due, "attempted before its due time");
+        // Late only by the lag of the last write, never more.
+        prop_assert!(now <= due + Duration::from_millis(lag_ms));
     }
 
     #[test]
@@ -370,7 +524,7 @@ proptest! {
         let hint = hint_ms.map(Duration::from_millis);
         let mut previous = 0;
         for attempts in 1..(l.tiers().len() as u32 + 3) {
-            match l.decide(attempts, at(T0), at(T0), hint, unit) {
+            match l.decide(attempts, at(T0), at(T0), hint, false, unit) {
                 RetryDecision::Retry { tier, .. } => {
                     prop_assert!(tier >= previous, "attempt {attempts}: tier {tier} < {previous}");
                     previous = tier;

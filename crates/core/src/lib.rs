@@ -26,8 +26,8 @@ pub use egress::{
     EgressPolicy,
 };
 pub use ladder::{
-    ExhaustReason, Ladder, LadderError, LadderSetting, RetryDecision, Tier, DEFAULT_TIERS,
-    MAX_LADDER_DURATION,
+    ExhaustReason, Ladder, LadderError, LadderSetting, Release, RetryDecision, Tier,
+    DEFAULT_MAX_RETRY_AFTER, DEFAULT_MAX_RETRY_AFTER_TEXT, DEFAULT_TIERS, MAX_LADDER_DURATION,
 };
 pub use lanes::{Flow, Job, LaneError, LaneKey, LaneLimits, LaneSettings, Lanes, Started};
 pub use matching::{EventTypeFilter, EventTypePattern, PatternError, MAX_PATTERN_LEN};

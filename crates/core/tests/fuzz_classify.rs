@@ -8,8 +8,8 @@
 //! of DESIGN §4 by status class (re-derived here, not copied from the code); the parsed hint
 //! equals the RFC 9110 value when the header is well formed, is absent when it is not, and
 //! never exceeds `MAX_RETRY_AFTER`; a retry verdict fed to the ladder is never scheduled
-//! before its ladder step nor before the hint (as far as the last tier honours it), picks
-//! the smallest covering tier, never overruns `max_age`, and time arithmetic never overflows.
+//! before its ladder step nor before the hint (up to `max_retry_after`), picks the longest
+//! tier that fits its wait, never overruns `max_age`, and time arithmetic never overflows.
 //!
 //! `HOOKLINE_FUZZ_CASES` sets the number of cases, `HOOKLINE_FUZZ_SEED` replays a run. The
 //! summary goes to stderr (`-- --nocapture` shows it when the test passes).
@@ -342,6 +342,10 @@ fn expected_for_status(status: u16) -> (Verdict, String) {
             reason: RejectReason::Redirect,
         },
         408 | 425 | 429 => Verdict::Retry { retry_after: None },
+        // Gone for good: its own reason, which also disables the subscription.
+        410 => Verdict::Rejected {
+            reason: RejectReason::Gone,
+        },
         400..=499 => Verdict::Rejected {
             reason: RejectReason::Http4xx,
         },
@@ -498,28 +502,35 @@ fn check_ladder(
         case.first_attempt_at,
         case.now,
         hint,
+        false,
         case.jitter_unit,
     );
     let last = tiers.len() - 1;
     let step = (case.attempts_made.max(1) as usize - 1).min(last);
-    // The smallest tier at or after the step whose delay covers the hint, else the last.
-    let cover = (step..tiers.len())
-        .find(|&i| tiers[i].delay >= hint.unwrap_or_default())
-        .unwrap_or(last);
+    // The wait is the step or the hint (up to max_retry_after), whichever is longer;
+    // the tier the last whose delay fits in it.
+    let need = hint
+        .unwrap_or_default()
+        .min(ladder.max_retry_after())
+        .max(tiers[step].delay);
+    let cover = (0..tiers.len())
+        .rev()
+        .find(|&i| tiers[i].delay <= need)
+        .unwrap_or(0);
     let deadline = case.first_attempt_at.checked_add(ladder.max_age());
     let label = match decision {
         RetryDecision::Retry { tier, due_at } => {
             prop_assert!(case.attempts_made < ladder.max_attempts());
-            prop_assert_eq!(tier, cover, "smallest covering tier");
+            prop_assert_eq!(tier, cover, "the longest tier that fits the wait");
             let wait = due_at
                 .duration_since(case.now)
                 .map_err(|_| TestCaseError::fail("due before now"))?;
             prop_assert!(wait >= tiers[step].delay, "earlier than the ladder step");
-            let honoured = hint.unwrap_or_default().min(tiers[last].delay);
+            let honoured = hint.unwrap_or_default().min(ladder.max_retry_after());
             prop_assert!(wait >= honoured, "earlier than the hint");
             prop_assert!(wait >= tiers[tier].delay);
             prop_assert!(
-                wait <= tiers[tier].delay + ladder.max_jitter(),
+                wait <= need + ladder.max_jitter(),
                 "jitter beyond max_jitter"
             );
             if let Some(deadline) = deadline {
@@ -591,8 +602,8 @@ fn fuzz_classify_arbitrary_responses_and_ladder() {
     eprintln!(
         "fuzz classify: {} cases in {:.1?}, HOOKLINE_FUZZ_SEED={seed}\n  verdicts: {}\n  \
          outcomes ({} of {} labels seen): {}\n  Retry-After: {}\n  ladder (retry verdicts): \
-         {}\n  {} retries checked: never before the ladder step or the hint (up to the last \
-         tier), smallest covering tier, jitter within max_jitter, never past max_age",
+         {}\n  {} retries checked: never before the ladder step or the hint (up to \
+         max_retry_after), the longest tier that fits, jitter within max_jitter, never past max_age",
         stats.cases,
         started.elapsed(),
         join(&stats.verdicts),

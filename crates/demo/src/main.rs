@@ -145,6 +145,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             enabled: true,
             max_in_flight: e.max_in_flight,
             rate_limit_per_s: None,
+            disabled_reason: None,
+            disabled_at: None,
             version: 1,
             updated_at: hookline_core::epoch::millis(std::time::SystemTime::now()),
         };

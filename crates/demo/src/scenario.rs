@@ -66,8 +66,9 @@ pub fn endpoints(flaky_failures: u32) -> Vec<Endpoint> {
             tenant: "umbrella",
             subscription: "umbrella-gone",
             patterns: &["invoice.*"],
-            max_in_flight: 4,
-            story: "410 Gone: rejected, straight to the DLQ",
+            // One at a time: the 410 disables it before the next is started.
+            max_in_flight: 1,
+            story: "410 Gone: dead-lettered, the subscription disabled, the rest kept",
             path: Some("/umbrella"),
             behaviour: Behaviour::status(410).body("this endpoint was removed"),
         },

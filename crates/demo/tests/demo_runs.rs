@@ -36,7 +36,9 @@ fn demo_settles_and_its_summary_adds_up() {
     // 6 events x 5 tenants, round-robin over three types: see scenario.rs.
     assert_eq!(line("deliveries expected"), 24, "{stdout}");
     assert_eq!(line("delivered"), 18, "{stdout}");
-    assert_eq!(line("dead-lettered (rejected_4xx)"), 4, "{stdout}");
+    // The 410 disables its subscription: its other three deliveries are kept, unattempted.
+    assert_eq!(line("dead-lettered (gone"), 1, "{stdout}");
+    assert_eq!(line("dead-lettered (subscription_disabled"), 3, "{stdout}");
     assert_eq!(line("dead-lettered (exhausted"), 2, "{stdout}");
     assert_eq!(line("still retrying"), 0, "{stdout}");
     assert!(stdout.contains("quarantined: 2"), "{stdout}");

@@ -88,6 +88,8 @@ async fn main() {
             enabled: true,
             max_in_flight: 16,
             rate_limit_per_s: None,
+            disabled_reason: None,
+            disabled_at: None,
             version: 1,
             updated_at: epoch::millis(SystemTime::now()),
         })

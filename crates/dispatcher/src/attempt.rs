@@ -11,8 +11,8 @@ use std::{
 use crate::{
     events,
     handoff::{Handoff, Written},
-    outcome::{plan, AttemptFacts, FollowUp, RetryPolicy},
-    part::Key,
+    outcome::{plan, unattempted as unattempted_letter, AttemptFacts, FollowUp, RetryPolicy},
+    part::{Key, NoTarget},
 };
 use bytes::Bytes;
 use hookline_core::{classify, epoch, AttemptResult, FailureKind};
@@ -140,6 +140,8 @@ pub(crate) async fn run(
             Written::Dead {
                 reason,
                 delivery_id: delivery.delivery_id,
+                subscription_id: delivery.subscription_id,
+                tenant_id: delivery.tenant_id,
             },
         ),
     };
@@ -149,7 +151,42 @@ pub(crate) async fn run(
         record_key,
         value,
         written,
+        disable: None,
     }))
+}
+
+/// The hand-off of a delivery that is not attempted because its subscription has
+/// gone (`why`): its dead letter, written with the source offset like any other.
+pub(crate) fn unattempted(
+    ctx: &AttemptContext,
+    key: Key,
+    delivery: Delivery,
+    why: &NoTarget,
+    now: SystemTime,
+) -> Handoff {
+    let record_key = Some(delivery.tenant_id.as_bytes().to_vec());
+    let delivery_id = delivery.delivery_id.clone();
+    let subscription_id = delivery.subscription_id.clone();
+    let tenant_id = delivery.tenant_id.clone();
+    let (reason, letter) = unattempted_letter(delivery, why, &ctx.retry_policy, epoch::millis(now));
+    events::NotAttempted {
+        letter: &letter,
+        reason,
+    }
+    .emit();
+    Handoff {
+        key,
+        topic: ctx.topics.dlq().to_owned(),
+        record_key,
+        value: encode(&letter),
+        written: Written::Dead {
+            reason,
+            delivery_id,
+            subscription_id,
+            tenant_id,
+        },
+        disable: None,
+    }
 }
 
 /// Signs and POSTs; returns the result and a short detail for a dead letter.

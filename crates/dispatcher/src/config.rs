@@ -37,7 +37,7 @@ pub struct DispatcherArgs {
     #[arg(
         long,
         env = "HOOKLINE_DISPATCHER_GROUP",
-        default_value = "hookline-dispatcher"
+        default_value = hookline_runtime::acls::DISPATCHER_GROUP
     )]
     pub group_id: String,
 
@@ -141,6 +141,12 @@ pub struct DispatcherArgs {
     /// order, so a record can wait behind a head due up to the jitter after it.
     #[arg(long, env = "HOOKLINE_RETRY_JITTER", default_value = ladder::DEFAULT_MAX_JITTER_TEXT, value_parser = parse_duration)]
     pub retry_jitter: Duration,
+
+    /// Longest `Retry-After` honoured: a longer hint waits this long (`0s` ignores
+    /// hints). A hint is waited exactly, re-parked through the tiers when it is
+    /// longer than the last; `--max-age` still bounds it.
+    #[arg(long, env = "HOOKLINE_MAX_RETRY_AFTER", default_value = ladder::DEFAULT_MAX_RETRY_AFTER_TEXT, value_parser = parse_duration)]
+    pub max_retry_after: Duration,
 
     /// Most kilobytes librdkafka prefetches per `deliveries` partition
     /// (`queued.max.messages.kbytes`): memory held before the engine asks.
@@ -444,8 +450,8 @@ impl Config {
     }
 }
 
-/// The retry ladder from `--retry-tiers`, `--max-attempts`, `--max-age` and
-/// `--retry-jitter`; an error names the flag to fix.
+/// The retry ladder from `--retry-tiers`, `--max-attempts`, `--max-age`,
+/// `--retry-jitter` and `--max-retry-after`; an error names the flag to fix.
 fn ladder(d: &DispatcherArgs) -> Result<Ladder, DispatcherError> {
     use hookline_core::{LadderError as E, LadderSetting};
     let tiers: Vec<Tier> = if d.ladder.retry_tiers.is_empty() {
@@ -457,7 +463,9 @@ fn ladder(d: &DispatcherArgs) -> Result<Ladder, DispatcherError> {
             .map(|(name, delay)| Tier::new(name.clone(), *delay))
             .collect()
     };
-    Ladder::new(tiers, d.max_attempts, d.max_age, d.retry_jitter).map_err(|e| {
+    let ladder = Ladder::new(tiers, d.max_attempts, d.max_age, d.retry_jitter)
+        .and_then(|l| l.with_max_retry_after(d.max_retry_after));
+    ladder.map_err(|e| {
         let flag = match &e {
             E::ZeroMaxAttempts => "--max-attempts / HOOKLINE_MAX_ATTEMPTS",
             E::ZeroMaxAge
@@ -469,6 +477,10 @@ fn ladder(d: &DispatcherArgs) -> Result<Ladder, DispatcherError> {
                 what: LadderSetting::MaxJitter,
                 ..
             } => "--retry-jitter / HOOKLINE_RETRY_JITTER",
+            E::TooLong {
+                what: LadderSetting::MaxRetryAfter,
+                ..
+            } => "--max-retry-after / HOOKLINE_MAX_RETRY_AFTER",
             _ => "--retry-tiers / HOOKLINE_RETRY_TIERS",
         };
         DispatcherError::Config {
@@ -627,8 +639,15 @@ mod tests {
         assert_eq!(l.max_attempts(), 4);
         assert_eq!(l.max_age(), Duration::from_secs(60));
         assert_eq!(l.max_jitter(), Duration::ZERO);
+        assert_eq!(l.max_retry_after(), hookline_core::DEFAULT_MAX_RETRY_AFTER);
         let err = parse(&["--retry-tiers", "fast"]).unwrap_err().to_string();
         assert!(err.contains("--retry-tiers"), "{err}");
+        let c = parse(&["--max-retry-after", "1h"]).unwrap();
+        let l = c.settings().unwrap().ladder;
+        assert_eq!(l.max_retry_after(), Duration::from_secs(3600));
+        let c = parse(&["--max-retry-after", "400d"]).unwrap();
+        let err = c.settings().unwrap_err().to_string();
+        assert!(err.contains("--max-retry-after"), "{err}");
     }
 
     #[test]

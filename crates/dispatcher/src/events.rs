@@ -15,7 +15,8 @@ use std::{
 };
 
 use hookline_core::{DeadLetterReason, Verdict};
-use hookline_envelope::{Delivery, QuarantineReason, QuarantinedEvent};
+use hookline_envelope::{DeadLetter, Delivery, QuarantineReason, QuarantinedEvent, Subscription};
+use hookline_runtime::subscriptions::DisabledReason;
 
 use crate::{
     metrics::{self, ErrorKind},
@@ -139,6 +140,18 @@ impl RetryWritten<'_> {
     }
 }
 
+/// A tier head released before its due time is committed on a tier again.
+pub(crate) struct Reparked<'a> {
+    pub tier: &'a str,
+}
+
+impl Reparked<'_> {
+    pub(crate) fn emit(self) {
+        tracing::debug!(tier = %self.tier, "re-parked a retry not yet due");
+        metrics::reparked(self.tier);
+    }
+}
+
 /// A dead letter is committed on the DLQ.
 pub(crate) struct DeadLettered<'a> {
     pub reason: DeadLetterReason,
@@ -153,6 +166,45 @@ impl DeadLettered<'_> {
             "dead letter written"
         );
         metrics::dead_letter(self.reason);
+    }
+}
+
+/// A delivery is kept unattempted (its subscription is disabled, deleted or another
+/// tenant's); counted as a dead letter once its transaction commits.
+pub(crate) struct NotAttempted<'a> {
+    pub letter: &'a DeadLetter,
+    pub reason: DeadLetterReason,
+}
+
+impl NotAttempted<'_> {
+    pub(crate) fn emit(self) {
+        let d = &self.letter.delivery;
+        tracing::info!(
+            delivery_id = %d.delivery_id,
+            subscription_id = %d.subscription_id,
+            reason = self.reason.as_str(),
+            detail = self.letter.detail.as_deref().unwrap_or_default(),
+            "not attempting the delivery: it is kept as a dead letter"
+        );
+    }
+}
+
+/// A subscription written back disabled is committed on the subscriptions topic.
+pub(crate) struct SubscriptionDisabled<'a> {
+    pub record: &'a Subscription,
+    pub reason: DisabledReason,
+}
+
+impl SubscriptionDisabled<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(
+            subscription_id = %self.record.subscription_id,
+            tenant_id = %self.record.tenant_id,
+            reason = self.reason.as_str(),
+            version = self.record.version,
+            "subscription disabled; its deliveries are kept as dead letters until it is enabled again (hookline-fanout subscriptions enable)"
+        );
+        metrics::subscription_disabled(self.reason);
     }
 }
 

@@ -29,7 +29,8 @@ use std::{
 };
 
 use hookline_core::DeadLetterReason;
-use hookline_envelope::{QuarantineReason, QuarantinedEvent};
+use hookline_envelope::{QuarantineReason, QuarantinedEvent, Subscription};
+use hookline_runtime::subscriptions::DisabledReason;
 use tokio::time::Instant;
 
 use crate::{
@@ -61,6 +62,19 @@ pub(crate) struct Handoff {
     pub value: Vec<u8>,
     /// What to count and log once the transaction commits.
     pub written: Written,
+    /// Written in the same transaction: the subscription written back disabled,
+    /// after its endpoint answered 410 Gone (`engine/disable.rs`).
+    pub disable: Option<Box<Disable>>,
+}
+
+/// A subscription record to write with a hand-off.
+#[derive(Debug, Clone)]
+pub(crate) struct Disable {
+    /// The `subscriptions` topic.
+    pub topic: String,
+    /// The record as written: disabled, its next version.
+    pub record: Subscription,
+    pub reason: DisabledReason,
 }
 
 /// What a hand-off is, for the events emitted once it is committed.
@@ -73,17 +87,27 @@ pub(crate) enum Written {
     Dead {
         reason: DeadLetterReason,
         delivery_id: String,
+        subscription_id: String,
+        tenant_id: String,
     },
     Quarantined {
         reason: QuarantineReason,
         record: Box<QuarantinedEvent>,
+    },
+    /// A tier head written again, unattempted, to wait on for its due time.
+    Reparked {
+        tier: String,
     },
 }
 
 impl Handoff {
     /// Bytes this hand-off holds (its key and value), for the batch bound.
     pub(crate) fn bytes(&self) -> usize {
-        self.value.len() + self.record_key.as_ref().map_or(0, Vec::len)
+        // A subscription record is small; counted by its URL and id, the bulk of it.
+        let disable = self.disable.as_ref().map_or(0, |d| {
+            d.record.url.len() + d.record.subscription_id.len() + d.record.secret_ref.len()
+        });
+        self.value.len() + self.record_key.as_ref().map_or(0, Vec::len) + disable
     }
 
     /// Counts and logs the record as written (its transaction committed).
@@ -95,6 +119,7 @@ impl Handoff {
             Written::Dead {
                 reason,
                 delivery_id,
+                ..
             } => events::DeadLettered {
                 reason: *reason,
                 delivery_id,
@@ -106,6 +131,14 @@ impl Handoff {
                 reason: *reason,
             }
             .emit(),
+            Written::Reparked { tier } => events::Reparked { tier }.emit(),
+        }
+        if let Some(d) = &self.disable {
+            events::SubscriptionDisabled {
+                record: &d.record,
+                reason: d.reason,
+            }
+            .emit();
         }
     }
 }
@@ -327,6 +360,7 @@ mod tests {
                 tier: "t1".into(),
                 delivery_id: format!("d-{offset}"),
             },
+            disable: None,
         }
     }
 

@@ -180,15 +180,23 @@ async fn dispatch(
     let mut inputs = vec![engine::Input {
         topic: topics.deliveries().to_owned(),
         label: "deliveries",
-        retry: false,
+        tier: None,
     }];
-    inputs.extend(topics.retries().map(|(tier, topic)| engine::Input {
-        topic: topic.to_owned(),
-        label: Box::leak(tier.to_owned().into_boxed_str()),
-        retry: true,
-    }));
-    let tier_labels: Vec<&'static str> =
-        inputs.iter().filter(|i| i.retry).map(|i| i.label).collect();
+    inputs.extend(
+        topics
+            .retries()
+            .enumerate()
+            .map(|(i, (tier, topic))| engine::Input {
+                topic: topic.to_owned(),
+                label: Box::leak(tier.to_owned().into_boxed_str()),
+                tier: Some(i),
+            }),
+    );
+    let tier_labels: Vec<&'static str> = inputs
+        .iter()
+        .filter(|i| i.retry())
+        .map(|i| i.label)
+        .collect();
     metrics::describe_tiers(&tier_labels);
     let (events_tx, events_rx) = mpsc::channel(1024);
     let revoke_wait = settings.revoke_wait();
@@ -201,7 +209,7 @@ async fn dispatch(
             why: "too many tiers".into(),
         })?;
         // The ready queue gets the larger prefetch; a tier is mostly paused.
-        let prefetch_kb = if input.retry {
+        let prefetch_kb = if input.retry() {
             settings.kafka.tier_prefetch_kbytes
         } else {
             settings.kafka.ready_prefetch_kbytes

@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use hookline_core::{Classification, FailureKind, Outcome};
 use hookline_envelope::QuarantineReason;
-use hookline_runtime::metric_names::{self as m, label};
+use hookline_runtime::{
+    metric_names::{self as m, label},
+    subscriptions::DisabledReason,
+};
 
 use hookline_core::DeadLetterReason;
 
@@ -19,7 +22,6 @@ pub(crate) fn describe() {
         metrics::counter!(m::DISPATCHER_ATTEMPTS, label::OUTCOME => outcome, label::STATUS_CLASS => class.as_str())
             .absolute(0);
     }
-    metrics::counter!(m::DISPATCHER_CANCELLED).absolute(0);
     metrics::counter!(m::DISPATCHER_EGRESS_DENIED).absolute(0);
     metrics::counter!(m::DISPATCHER_FOLLOW_UP_ERRORS).absolute(0);
     for reason in QuarantineReason::ALL {
@@ -27,6 +29,10 @@ pub(crate) fn describe() {
     }
     for reason in DeadLetterReason::ALL.into_iter() {
         metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.as_str()).absolute(0);
+    }
+    for reason in DisabledReason::ALL {
+        metrics::counter!(m::DISPATCHER_SUBSCRIPTIONS_DISABLED, label::REASON => reason.as_str())
+            .absolute(0);
     }
     for kind in ErrorKind::ALL {
         metrics::counter!(m::DISPATCHER_ERRORS, label::KIND => kind.as_str()).absolute(0);
@@ -37,6 +43,7 @@ pub(crate) fn describe() {
 pub(crate) fn describe_tiers(tiers: &[&'static str]) {
     for tier in tiers {
         metrics::counter!(m::DISPATCHER_RETRIES_WRITTEN, label::TIER => *tier).absolute(0);
+        metrics::counter!(m::DISPATCHER_REPARKED, label::TIER => *tier).absolute(0);
     }
 }
 
@@ -46,6 +53,15 @@ pub(crate) fn retry_written(tier: &str) {
 
 pub(crate) fn dead_letter(reason: DeadLetterReason) {
     metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.as_str()).increment(1);
+}
+
+pub(crate) fn reparked(tier: &str) {
+    metrics::counter!(m::DISPATCHER_REPARKED, label::TIER => tier.to_owned()).increment(1);
+}
+
+pub(crate) fn subscription_disabled(reason: DisabledReason) {
+    metrics::counter!(m::DISPATCHER_SUBSCRIPTIONS_DISABLED, label::REASON => reason.as_str())
+        .increment(1);
 }
 
 pub(crate) fn retry_lateness(tier: &'static str, late: Duration) {
@@ -67,10 +83,6 @@ pub(crate) fn attempt(c: &Classification, took: Duration) {
 /// One error event without a counter of its own (see `events`).
 pub(crate) fn error(kind: ErrorKind) {
     metrics::counter!(m::DISPATCHER_ERRORS, label::KIND => kind.as_str()).increment(1);
-}
-
-pub(crate) fn cancelled() {
-    metrics::counter!(m::DISPATCHER_CANCELLED).increment(1);
 }
 
 /// Follow-ups whose transaction failed (they go into the next one).

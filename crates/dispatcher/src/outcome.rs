@@ -1,11 +1,14 @@
 //! What follows an attempt, decided purely from the delivery, its classification,
 //! `now` and a jitter draw: nothing (delivered), a retry record for the tier the
-//! ladder picks (`Retry-After` honoured, never due earlier than the ladder step),
+//! ladder picks (`Retry-After` honoured exactly; never due earlier than the ladder
+//! step, except a throttle, which waits its hint alone),
 //! or a dead letter — rejected, or exhausted by `max_attempts` / `max_age`. The
 //! source record is finished only after the follow-up is durable (attempt.rs).
 
 use hookline_core::{epoch, Classification, DeadLetterReason, Ladder, RetryDecision, Verdict};
 use hookline_envelope::{bounded_detail, DeadLetter, Delivery};
+
+use crate::part::NoTarget;
 
 /// How retries are scheduled: the ladder, and the version string stamped on every
 /// retry and dead letter it decides.
@@ -24,10 +27,15 @@ impl RetryPolicy {
     pub(crate) fn version(&self) -> &str {
         &self.version
     }
+
+    pub(crate) fn ladder(&self) -> &Ladder {
+        &self.ladder
+    }
 }
 
 /// `ladder-` and 8 hex digits of a hash of the ladder's configuration (tier names
-/// and delays, max attempts, max age, jitter): equal ladders give equal versions on
+/// and delays, max attempts, max age, jitter, and max retry-after when it is not
+/// the default): equal ladders give equal versions on
 /// every replica and every release, so a dead letter says which policy decided it.
 pub(crate) fn policy_version(ladder: &Ladder) -> String {
     let mut canonical = String::new();
@@ -40,6 +48,13 @@ pub(crate) fn policy_version(ladder: &Ladder) -> String {
         ladder.max_age().as_millis(),
         ladder.max_jitter().as_millis()
     ));
+    // Only when set: the versions of ladders from before the flag stay as they were.
+    if ladder.max_retry_after() != hookline_core::DEFAULT_MAX_RETRY_AFTER {
+        canonical.push_str(&format!(
+            ";max_retry_after={}ms",
+            ladder.max_retry_after().as_millis()
+        ));
+    }
     // FNV-1a 64: stable across Rust versions, unlike `DefaultHasher`.
     let hash = canonical.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
@@ -104,6 +119,7 @@ pub(crate) fn plan(
                 epoch::from_millis(first),
                 epoch::from_millis(facts.now_ms),
                 retry_after,
+                is_throttle(c.status, retry_after.is_some()),
                 jitter_unit,
             );
             match decision {
@@ -137,6 +153,34 @@ pub(crate) fn plan(
             facts.detail.map(str::to_owned),
         ),
     }
+}
+
+/// The dead letter of a delivery not attempted because its subscription has gone
+/// (`why`: disabled, deleted, another tenant's): the delivery as it came, no attempt
+/// added, so that `replay` sends it exactly as it would have been sent.
+pub(crate) fn unattempted(
+    delivery: Delivery,
+    why: &NoTarget,
+    policy: &RetryPolicy,
+    now_ms: i64,
+) -> (DeadLetterReason, DeadLetter) {
+    let reason = why.reason();
+    let detail = why.detail(&delivery.subscription_id);
+    let letter = DeadLetter {
+        delivery,
+        reason: reason.as_str().to_owned(),
+        last_status: None,
+        dead_at: now_ms,
+        policy_version: policy.version.clone(),
+        detail: Some(bounded_detail(&detail)),
+    };
+    (reason, letter)
+}
+
+/// A throttle, which waits its hint without climbing the ladder: a 429, or a 503
+/// that says when to come back.
+pub(crate) fn is_throttle(status: Option<u16>, has_hint: bool) -> bool {
+    matches!(status, Some(429)) || (matches!(status, Some(503)) && has_hint)
 }
 
 /// The delivery with this attempt recorded: one more attempt, its times and outcome.
@@ -256,11 +300,22 @@ mod tests {
             (2, status(500), 2, 900),
             (3, status(500), 3, 7200),
             (9, status(500), 3, 7200),
+            // A failure waits the step or the hint, whichever is longer, exactly.
+            (0, retry_after(500, "30"), 0, 30),
+            (2, retry_after(500, "30"), 2, 900),
+            (2, retry_after(500, "1000"), 2, 1000),
+            // A throttle (429, or 503 with a hint) waits its hint, however many
+            // attempts were made: it does not climb the ladder.
             (0, retry_after(429, "5"), 0, 10),
-            (0, retry_after(429, "30"), 1, 60),
-            (0, retry_after(503, "600"), 2, 900),
-            (1, retry_after(429, "3"), 1, 60),
-            (0, retry_after(429, "86400"), 3, 7200),
+            (0, retry_after(429, "30"), 0, 30),
+            (0, retry_after(503, "600"), 1, 600),
+            (1, retry_after(429, "3"), 0, 10),
+            (6, retry_after(429, "3"), 0, 10),
+            (6, retry_after(503, "61"), 1, 61),
+            // A 503 without a hint is a failure.
+            (6, status(503), 3, 7200),
+            // Longer than the last tier: on the last, due at the hint (re-parked).
+            (0, retry_after(429, "80000"), 3, 80_000),
         ];
         for (made, result, tier, delay) in cases {
             let mut d = delivery();

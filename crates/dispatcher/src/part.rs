@@ -8,8 +8,15 @@ pub(crate) struct Input {
     pub topic: String,
     /// Metric label: `deliveries` or the tier name.
     pub label: &'static str,
-    /// Records are retries (they count against the retry share).
-    pub retry: bool,
+    /// The retry tier it is (an index into the ladder), or `None` for `deliveries`.
+    pub tier: Option<usize>,
+}
+
+impl Input {
+    /// Records are retries: they count against the retry share and wait until due.
+    pub(crate) fn retry(&self) -> bool {
+        self.tier.is_some()
+    }
 }
 
 /// A partition of an input, as lanes and offsets key it.
@@ -21,3 +28,42 @@ pub(crate) struct Part {
 
 /// One record: its partition and offset.
 pub(crate) type Key = (Part, i64);
+
+/// Why a delivery has nowhere to go when it starts. It is not attempted: it is kept as
+/// a dead letter (in the same transaction that moves its offset), never dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NoTarget {
+    /// Its subscription is disabled; `reason` is the record's `disabled_reason`.
+    Disabled { reason: Option<String> },
+    /// Its subscription is deleted (or was never known here).
+    Deleted,
+    /// Its subscription now belongs to another tenant than the delivery's.
+    OtherTenant,
+}
+
+impl NoTarget {
+    /// The dead letter's reason: `subscription_disabled` (sent by `replay` once the
+    /// subscription is enabled again) or `cancelled`.
+    pub(crate) fn reason(&self) -> hookline_core::DeadLetterReason {
+        match self {
+            Self::Disabled { .. } => hookline_core::DeadLetterReason::SubscriptionDisabled,
+            Self::Deleted | Self::OtherTenant => hookline_core::DeadLetterReason::Cancelled,
+        }
+    }
+
+    /// The dead letter's detail.
+    pub(crate) fn detail(&self, subscription_id: &str) -> String {
+        match self {
+            Self::Disabled { reason: Some(r) } => {
+                format!("subscription {subscription_id} is disabled ({r}); not attempted")
+            }
+            Self::Disabled { reason: None } => {
+                format!("subscription {subscription_id} is disabled; not attempted")
+            }
+            Self::Deleted => format!("subscription {subscription_id} is deleted; not attempted"),
+            Self::OtherTenant => format!(
+                "subscription {subscription_id} belongs to another tenant now; not attempted"
+            ),
+        }
+    }
+}

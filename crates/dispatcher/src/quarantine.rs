@@ -34,5 +34,6 @@ pub(crate) fn handoff(
             reason,
             record: Box::new(record),
         },
+        disable: None,
     }
 }

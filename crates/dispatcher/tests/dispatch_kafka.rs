@@ -14,7 +14,7 @@ use std::{
 use base64::{engine::general_purpose::STANDARD, Engine};
 use common::{delivery, now_ms, Env};
 use hmac::{Hmac, Mac};
-use hookline_envelope::{decode, DeadLetter, Delivery};
+use hookline_envelope::{decode, DeadLetter, Delivery, Subscription};
 use hookline_testkit::{
     kafka,
     receiver::{Behaviour, Recorded},
@@ -45,7 +45,7 @@ fn signed_with(req: &Recorded, whsec: &str) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deliveries_arrive_signed_with_headers_and_body_and_disabled_ones_are_cancelled() {
+async fn deliveries_arrive_signed_with_headers_and_body_and_disabled_or_deleted_ones_are_kept() {
     let env = Env::new("disp-headers", 3).await;
     let one = env.subscription("sub-one", "acme", "/one", "one");
     let two = env.subscription("sub-two", "globex", "/two", "two");
@@ -77,14 +77,35 @@ async fn deliveries_arrive_signed_with_headers_and_body_and_disabled_ones_are_ca
             "only {count} requests arrived; committed/high on deliveries {progress:?}; the dispatcher {state} (RUST_LOG=info shows its log)"
         );
     }
-    // Every record is finished (delivered or cancelled) before the commit reaches the end.
+    // Every record is finished (delivered or kept) before the commit reaches the end.
     env.committed_to_end(Duration::from_secs(30)).await;
     running.shutdown().await;
 
     let requests = env.receiver.requests();
-    assert_eq!(requests.len(), 20, "cancelled deliveries are never POSTed");
+    assert_eq!(requests.len(), 20, "kept deliveries are never POSTed");
     assert!(env.receiver.requests_to("/off").is_empty());
     assert!(env.receiver.requests_to("/gone").is_empty());
+    // The disabled subscription's deliveries and the deleted one's are dead letters,
+    // unattempted and unchanged, so `replay` sends them as they were.
+    let mut kept: Vec<(String, String)> = Vec::new();
+    for dl in env.dead_letters().await {
+        let original = all
+            .iter()
+            .find(|d| d.delivery_id == dl.delivery.delivery_id)
+            .expect("a dead letter of a published delivery");
+        assert_eq!(&dl.delivery, original, "kept unchanged");
+        assert_eq!(dl.last_status, None);
+        kept.push((dl.delivery.subscription_id.clone(), dl.reason.clone()));
+    }
+    kept.sort();
+    let expected: Vec<(String, String)> = [
+        ("sub-gone", "cancelled"),
+        ("sub-off", "subscription_disabled"),
+    ]
+    .iter()
+    .flat_map(|(s, r)| std::iter::repeat_n((s.to_string(), r.to_string()), 10))
+    .collect();
+    assert_eq!(kept, expected);
     let secrets: std::collections::HashMap<&str, Vec<&str>> = common::SECRETS
         .iter()
         .map(|(name, content)| {
@@ -220,13 +241,85 @@ async fn failures_go_to_the_first_tier_and_rejections_to_the_dlq() {
     assert_eq!(
         reasons,
         [
-            ("sub-gone".to_owned(), "rejected_4xx".to_owned(), Some(410)),
+            ("sub-gone".to_owned(), "gone".to_owned(), Some(410)),
             ("sub-private".to_owned(), "egress_denied".to_owned(), None),
         ]
     );
-    let gone_dl = dead.iter().find(|d| d.reason == "rejected_4xx").unwrap();
+    let gone_dl = dead.iter().find(|d| d.reason == "gone").unwrap();
     assert_eq!(gone_dl.detail.as_deref(), Some("no such hook"));
     assert_eq!(gone_dl.delivery.attempt, 1);
+}
+
+/// A 410 Gone disables the subscription, in the transaction of its dead letter: the
+/// subscription is written back disabled (`gone`, the next version), and the
+/// deliveries behind it are kept unattempted (`subscription_disabled`), also before
+/// the replica's table shows the new version. The other tenant is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_disables_the_subscription_and_keeps_its_later_deliveries() {
+    let env = Env::new("disp-410", 1).await;
+    env.receiver.set("/gone", Behaviour::status(410));
+    let mut gone = env.subscription("sub-gone", "t1", "/gone", "one");
+    // One at a time, so the deliveries behind the 410 start only after it.
+    gone.max_in_flight = 1;
+    let fine = env.subscription("sub-fine", "t2", "/fine", "one");
+    for s in [&gone, &fine] {
+        env.put(s).await;
+    }
+    let running = env.start(&[]);
+    // Behind the first, on the same partition: started once the 410 is in.
+    let ds: Vec<Delivery> = (0..4)
+        .map(|n| delivery(&gone, n))
+        .chain((0..3).map(|n| delivery(&fine, n)))
+        .collect();
+    let before = now_ms();
+    env.publish(&ds).await;
+    env.committed_to_end(Duration::from_secs(60)).await;
+    running.shutdown().await;
+
+    assert_eq!(
+        env.receiver.requests_to("/gone").len(),
+        1,
+        "one attempt, then no more"
+    );
+    assert_eq!(env.receiver.requests_to("/fine").len(), 3);
+    let mut dead = env.dead_letters().await;
+    dead.sort_by_key(|d| d.delivery.attempt == 0);
+    let reasons: Vec<(&str, i32)> = dead
+        .iter()
+        .map(|d| (d.reason.as_str(), d.delivery.attempt))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("gone", 1),
+            ("subscription_disabled", 0),
+            ("subscription_disabled", 0),
+            ("subscription_disabled", 0),
+        ]
+    );
+    for d in &dead[1..] {
+        assert_eq!(
+            d.detail.as_deref(),
+            Some("subscription sub-gone is disabled (gone); not attempted")
+        );
+    }
+    let written: Vec<Subscription> = kafka::read_to_end(env.topics.subscriptions())
+        .await
+        .unwrap()
+        .iter()
+        .filter(|m| m.key() == Some(b"sub-gone".as_slice()))
+        .map(|m| decode(m.payload().unwrap()).unwrap())
+        .collect();
+    let last = written.last().unwrap();
+    assert_eq!(written.len(), 2, "put, then one disable: {written:?}");
+    assert!(!last.enabled);
+    assert_eq!(last.disabled_reason.as_deref(), Some("gone"));
+    assert!(last.disabled_at.unwrap() >= before);
+    assert_eq!(last.version, gone.version + 1);
+    assert_eq!(
+        (&last.url, &last.event_types, &last.secret_ref),
+        (&gone.url, &gone.event_types, &gone.secret_ref)
+    );
 }
 
 /// One partition, two tenants: a whale with 2 000 deliveries to an endpoint that

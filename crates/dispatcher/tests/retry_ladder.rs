@@ -1,7 +1,8 @@
 //! The retry ladder on real Kafka, against a local receiver that fails on purpose,
 //! with a ladder of seconds (t1 = 1 s, t2 = 2 s, t3 = 3 s): retries move up the
 //! tiers and are never attempted before their `due_at` (measured at the receiver),
-//! `Retry-After` picks the covering tier, rejections and exhausted deliveries
+//! `Retry-After` is waited exactly (re-parked through the tiers when longer than the
+//! last), a throttle does not climb the ladder, rejections and exhausted deliveries
 //! become complete dead letters, and due retries never hold up first attempts.
 
 #![allow(clippy::unwrap_used)]
@@ -124,7 +125,7 @@ async fn fails_twice_then_arrives_on_the_third_attempt_never_before_due() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retries_on_429_after_retry_after_in_the_covering_tier() {
+async fn retries_on_429_after_retry_after_on_the_tier_that_fits_it() {
     let env = Env::with_ladder("ladder-429", 1, LADDER).await;
     env.receiver.set(
         "/throttled",
@@ -148,8 +149,8 @@ async fn retries_on_429_after_retry_after_in_the_covering_tier() {
         [429, 204]
     );
     let tiers = all_tiers(&env).await;
-    // The ladder step is t1 (1 s) but the hint of 2 s needs t2.
-    assert!(tiers[0].is_empty(), "t1 does not cover Retry-After: 2");
+    // The hint of 2 s is waited on t2, the longest tier that fits it.
+    assert!(tiers[0].is_empty(), "Retry-After: 2 is parked on t2");
     let (tier, retry) = retry_of(&tiers, &d.delivery_id, 1);
     assert_eq!(tier, 1);
     assert_eq!(retry.last_outcome.as_deref(), Some("http_429"));
@@ -163,6 +164,134 @@ async fn retries_on_429_after_retry_after_in_the_covering_tier() {
             >= Duration::from_secs(2),
         "Retry-After: 2 not honoured"
     );
+}
+
+/// A `Retry-After: 7` on a ladder whose last tier is 3 s: waited exactly (never
+/// early, by the receiver's clock), with one attempt, by re-parking the record
+/// through the tiers; the tier partition is not held meanwhile, so a retry behind
+/// it that is due sooner goes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_longer_than_the_last_tier_is_waited_exactly_without_holding_the_tier() {
+    let env = Env::with_ladder("ladder-long-hint", 1, LADDER).await;
+    env.receiver.set(
+        "/long",
+        Behaviour::status(204).fail_first(1, 503).retry_after("7"),
+    );
+    env.receiver.set(
+        "/short",
+        Behaviour::status(204).fail_first(1, 503).retry_after("3"),
+    );
+    let long = env.subscription("sub-long", "tenant-long", "/long", "one");
+    let short = env.subscription("sub-short", "tenant-short", "/short", "one");
+    env.put(&long).await;
+    env.put(&short).await;
+    let running = env.start(&["--retry-jitter", "0s"]);
+    let d_long = delivery(&long, 0);
+    env.publish(std::slice::from_ref(&d_long)).await;
+    // The long one heads the last tier before the short one is published.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while env.tier_records(2).await.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the first retry never reached t3"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let d_short = delivery(&short, 0);
+    env.publish(std::slice::from_ref(&d_short)).await;
+    let done = env
+        .receiver
+        .wait_until(Duration::from_secs(60), |r| {
+            r.iter().filter(|q| q.status == 204).count() >= 2
+        })
+        .await;
+    assert!(done, "only {} requests arrived", env.receiver.count());
+    running.shutdown().await;
+
+    let requests = env.receiver.requests();
+    let long_reqs = by_path(&requests, "/long");
+    let short_reqs = by_path(&requests, "/short");
+    assert_eq!(
+        long_reqs.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [503, 204]
+    );
+    assert_eq!(
+        short_reqs.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [503, 204]
+    );
+    let waited = long_reqs[1]
+        .received_at
+        .duration_since(long_reqs[0].received_at)
+        .unwrap();
+    assert!(
+        waited >= Duration::from_secs(7),
+        "Retry-After: 7 undercut: {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(9), "late: {waited:?}");
+    // The short one's retry went first, though it sat behind the long one on t3.
+    assert!(
+        short_reqs[1].received_at < long_reqs[1].received_at,
+        "the tier partition was held by the long hint"
+    );
+    let tiers = all_tiers(&env).await;
+    // Parked on t3 (3 s, the longest within 7 s), then re-parked on the tier that
+    // fits what was left when t3 released it.
+    let parked: Vec<(usize, &Delivery)> = tiers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, records)| records.iter().map(move |r| (i, r)))
+        .filter(|(_, r)| r.delivery_id == d_long.delivery_id)
+        .collect();
+    let on: Vec<usize> = parked.iter().map(|(i, _)| *i).collect();
+    assert!(on.contains(&2), "parked first on t3: {on:?}");
+    assert!(parked.len() >= 2, "never re-parked: {on:?}");
+    let parked: Vec<&Delivery> = parked.into_iter().map(|(_, r)| r).collect();
+    for r in &parked {
+        assert_eq!(r.attempt, 1, "a re-park spends no attempt");
+        assert_eq!(r.due_at, parked[0].due_at, "a re-park keeps the due time");
+    }
+    assert!(parked[0].due_at - parked[0].last_attempt_at.unwrap() >= 7000);
+    assert!(
+        ms(long_reqs[1].received_at) >= parked[0].due_at,
+        "attempted early"
+    );
+}
+
+/// Four 429s with `Retry-After: 1` stay on the first tier (1 s) whatever the
+/// attempt count: a throttle does not climb the ladder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_429s_does_not_climb_the_ladder() {
+    let env = Env::with_ladder("ladder-429-burst", 1, LADDER).await;
+    env.receiver.set(
+        "/burst",
+        Behaviour::status(204).fail_first(4, 429).retry_after("1"),
+    );
+    let sub = env.subscription("sub-burst", "tenant-burst", "/burst", "one");
+    env.put(&sub).await;
+    let running = env.start(&["--retry-jitter", "0s", "--max-attempts", "6"]);
+    let d = delivery(&sub, 0);
+    env.publish(std::slice::from_ref(&d)).await;
+    let done = env
+        .receiver
+        .wait_until(Duration::from_secs(60), |r| r.len() >= 5)
+        .await;
+    assert!(done, "only {} requests arrived", env.receiver.count());
+    running.shutdown().await;
+
+    let statuses: Vec<u16> = env.receiver.requests().iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [429, 429, 429, 429, 204]);
+    let tiers = all_tiers(&env).await;
+    let attempts: Vec<i32> = tiers[0].iter().map(|r| r.attempt).collect();
+    assert_eq!(attempts, [1, 2, 3, 4], "every retry on t1");
+    assert!(
+        tiers[1].is_empty() && tiers[2].is_empty(),
+        "climbed the ladder"
+    );
+    for r in &tiers[0] {
+        // Due 1 s after the attempt ended: its start plus its duration.
+        let wait = r.due_at - r.last_attempt_at.unwrap();
+        assert!((1000..1500).contains(&wait), "waits the hint: {wait} ms");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

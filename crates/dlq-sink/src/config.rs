@@ -30,7 +30,7 @@ pub struct SinkArgs {
     #[arg(
         long,
         env = "HOOKLINE_DLQ_SINK_GROUP",
-        default_value = "hookline-dlq-sink"
+        default_value = hookline_runtime::acls::DLQ_SINK_GROUP
     )]
     pub group_id: String,
 

@@ -52,6 +52,8 @@ async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id
         enabled: true,
         max_in_flight: 4,
         rate_limit_per_s: None,
+        disabled_reason: None,
+        disabled_at: None,
         version: 1,
         updated_at: epoch::millis(SystemTime::now()),
     };

@@ -30,5 +30,5 @@ pub use records::{
     bounded_detail, DeadLetter, Delivery, DomainEvent, QuarantineReason, QuarantinedEvent,
     QuarantinedHeader, Record, ReplayOf, Subscription, MAX_DETAIL_BYTES,
 };
-pub use schema::{crc64_avro, KnownSchema, RecordKind, Registry, SchemaError};
+pub use schema::{crc64_avro, KnownSchema, RecordKind, Registry, SchemaError, HISTORY};
 pub use topics::{TopicError, Topics, DEFAULT_RETRY_TIERS};

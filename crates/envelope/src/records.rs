@@ -65,6 +65,12 @@ pub struct Subscription {
     /// Optional attempts-per-second cap.
     #[serde(default)]
     pub rate_limit_per_s: Option<f64>,
+    /// Why it is disabled (`gone`, `breaker_open`, `operator`); `None` when enabled.
+    #[serde(default)]
+    pub disabled_reason: Option<String>,
+    /// When it was disabled, ms since the Unix epoch; `None` when enabled.
+    #[serde(default)]
+    pub disabled_at: Option<i64>,
     /// Monotonic version; the highest wins.
     pub version: i64,
     /// When this version was written, ms since the Unix epoch.

@@ -100,9 +100,12 @@ impl FromStr for RecordKind {
 }
 
 /// Older (or pre-released newer) writer schemas that readers must still accept, per record.
-/// Keep each as its own file under `schemas/history/` and list it here. Empty while every
-/// record is at its first version.
-pub const HISTORY: &[(RecordKind, &str)] = &[];
+/// Keep each as its own file under `schemas/history/` (named `<file>.<fingerprint>.avsc`)
+/// and list it here.
+pub const HISTORY: &[(RecordKind, &str)] = &[(
+    RecordKind::Subscription,
+    include_str!("../../../schemas/history/subscription.c414c01201dce6fd.avsc"),
+)];
 
 /// Why a schema could not be loaded or registered.
 #[derive(Debug, thiserror::Error)]

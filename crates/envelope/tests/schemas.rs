@@ -10,7 +10,7 @@ use hookline_envelope::{crc64_avro, RecordKind, Registry};
 fn fingerprints_are_pinned() {
     let pinned = [
         (RecordKind::DomainEvent, "d9460691819bc65b"),
-        (RecordKind::Subscription, "c414c01201dce6fd"),
+        (RecordKind::Subscription, "2ba1d50a70dce31c"),
         (RecordKind::Delivery, "f38e23020519decc"),
         (RecordKind::DeadLetter, "b6c7b91f57fc9066"),
         (RecordKind::QuarantinedEvent, "b3ebb17e789552b9"),
@@ -25,6 +25,43 @@ fn fingerprints_are_pinned() {
             .collect();
         assert_eq!(le, want, "{kind}");
     }
+}
+
+/// The older versions readers still accept: each is a file `schemas/history/<file>.<fp>.avsc`
+/// whose name carries its own fingerprint, and none is a current schema.
+#[test]
+fn history_files_are_named_by_their_fingerprint() {
+    let registry = Registry::builtin().unwrap();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../schemas/history");
+    let mut files = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let json = std::fs::read_to_string(&path).unwrap();
+        let (kind, listed) = hookline_envelope::HISTORY
+            .iter()
+            .find(|(_, j)| *j == json)
+            .unwrap_or_else(|| panic!("{name} is not listed in HISTORY"));
+        let fp = hookline_envelope::KnownSchema::parse(*kind, listed)
+            .unwrap()
+            .fingerprint();
+        let le: String = fp
+            .to_le_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert!(
+            name.ends_with(&format!(".{le}.avsc")),
+            "{name}: fingerprint {le}"
+        );
+        assert_ne!(
+            registry.current(*kind).fingerprint(),
+            fp,
+            "{name} is current"
+        );
+        files += 1;
+    }
+    assert_eq!(files, hookline_envelope::HISTORY.len());
 }
 
 #[test]
@@ -65,7 +102,10 @@ fn every_schema_parses_and_fingerprints_are_distinct() {
     let mut fps: Vec<u64> = registry.known().map(|k| k.fingerprint()).collect();
     fps.sort_unstable();
     fps.dedup();
-    assert_eq!(fps.len(), RecordKind::ALL.len());
+    assert_eq!(
+        fps.len(),
+        RecordKind::ALL.len() + hookline_envelope::HISTORY.len()
+    );
     for kind in RecordKind::ALL {
         assert_eq!(registry.current(kind).kind(), kind);
         assert_eq!(kind.to_string().parse::<RecordKind>().unwrap(), kind);

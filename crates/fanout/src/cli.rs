@@ -39,15 +39,18 @@ pub enum SubscriptionsCmd {
         #[arg(long = "id", env = "HOOKLINE_SUBSCRIPTION_ID")]
         id: String,
     },
-    /// Enable a subscription: rewrites its latest record with `enabled: true`
-    /// and the next version.
+    /// Enable a subscription: rewrites its latest record with `enabled: true`,
+    /// `disabled_reason` and `disabled_at` cleared, and the next version. Its
+    /// deliveries dead-lettered as `subscription_disabled` meanwhile come back
+    /// with `hookline-dlq-sink replay --subscription ID`.
     Enable {
         /// The subscription id.
         #[arg(long = "id", env = "HOOKLINE_SUBSCRIPTION_ID")]
         id: String,
     },
     /// Disable (pause) a subscription: rewrites its latest record with
-    /// `enabled: false` and the next version; nothing else changes.
+    /// `enabled: false`, `disabled_reason: operator`, `disabled_at` now and the
+    /// next version; nothing else changes.
     Disable {
         /// The subscription id.
         #[arg(long = "id", env = "HOOKLINE_SUBSCRIPTION_ID")]
@@ -463,8 +466,27 @@ pub async fn run(
                     enabled,
                     max_in_flight: spec.max_in_flight,
                     rate_limit_per_s: spec.rate_limit_per_s,
+                    // Kept with the state it explains; set or cleared with it.
+                    disabled_reason: None,
+                    disabled_at: None,
                     version,
                     updated_at: now,
+                };
+                let record = match (&held, spec.enabled) {
+                    // Still disabled: why and since when stay as they were.
+                    (Some(h), None | Some(false)) if !h.record.enabled => Subscription {
+                        disabled_reason: h.record.disabled_reason.clone(),
+                        disabled_at: h.record.disabled_at,
+                        ..record
+                    },
+                    (_, Some(false)) => Subscription {
+                        disabled_reason: Some(
+                            subscriptions::DisabledReason::Operator.as_str().to_owned(),
+                        ),
+                        disabled_at: Some(now),
+                        ..record
+                    },
+                    _ => record,
                 };
                 write(
                     &producer,
@@ -541,11 +563,12 @@ async fn set_enabled(
         )?;
         return Ok(());
     }
-    let record = Subscription {
-        enabled,
-        version: held.record.version + 1,
-        updated_at: epoch::millis(SystemTime::now()),
-        ..held.record.clone()
+    // disable records who and when (`operator`, now); enable clears both.
+    let now = epoch::millis(SystemTime::now());
+    let record = if enabled {
+        subscriptions::enabled(&held.record, now)
+    } else {
+        subscriptions::disabled(&held.record, subscriptions::DisabledReason::Operator, now)
     };
     write(&producer(common)?, topic, id, Some(&encode(&record))).await?;
     writeln!(out, "{state} {id} version {}", record.version)?;

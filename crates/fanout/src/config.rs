@@ -21,7 +21,7 @@ pub struct Config {
 #[derive(Debug, Clone, Args)]
 pub struct FanoutArgs {
     /// Consumer group of the fanout replicas on `events`.
-    #[arg(long, env = "HOOKLINE_FANOUT_GROUP", default_value = "hookline-fanout")]
+    #[arg(long, env = "HOOKLINE_FANOUT_GROUP", default_value = hookline_runtime::acls::FANOUT_GROUP)]
     pub group_id: String,
 
     /// Transactional id of this replica; stable across restarts of the same

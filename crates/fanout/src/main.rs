@@ -1,5 +1,5 @@
 //! `hookline-fanout`: parses flags and environment, sets up logging, and runs
-//! the service or a `subscriptions`, `topics` or `events` subcommand.
+//! the service or a `subscriptions`, `topics`, `events` or `acls` subcommand.
 
 use std::process::ExitCode;
 
@@ -26,6 +26,9 @@ enum Command {
     /// Publish a sample domain event (for a first try; no kcat needed).
     #[command(subcommand)]
     Events(hookline_fanout::events_cli::EventsCmd),
+    /// Print the least-privilege ACLs of every stage and command (a table, or
+    /// kafka-acls.sh command lines with --format kafka-acls).
+    Acls(hookline_runtime::acls::AclsArgs),
 }
 
 #[tokio::main]
@@ -56,6 +59,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
             let mut stdout = std::io::stdout().lock();
             hookline_runtime::provision::run(common, &args, &mut stdout).await?;
+        }
+        Some(Command::Acls(args)) => {
+            hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
+            let text = hookline_runtime::acls::render(common, &args)?;
+            std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes())?;
         }
         None => {
             hookline_runtime::telemetry::init_logging(&common.log, common.log_format)?;

@@ -33,6 +33,7 @@ use hookline_runtime::{
     health::Health,
     kafka::{
         self,
+        access::{self, Access, Denial, Denied},
         txn::{Transactor, TxnError, TxnSpec},
         RevokeRecorder,
     },
@@ -71,6 +72,10 @@ pub(crate) struct FanoutLoop {
     health: Health,
     /// `None` when `--dedup-window 0`.
     windows: Option<Windows>,
+    /// A missing ACL: unready and named until the transaction succeeds.
+    access: Access,
+    /// The topic of the send that failed last (for naming a denial).
+    failed_topic: Option<String>,
 }
 
 /// Events of one transaction, with the offsets they span per partition.
@@ -153,6 +158,8 @@ impl FanoutLoop {
             consumer: Arc::new(consumer),
             txn,
             subs,
+            access: Access::new(health.clone(), STAGE),
+            failed_topic: None,
             health,
         })
     }
@@ -347,6 +354,7 @@ impl FanoutLoop {
         let started = Instant::now();
         match self.transact(&mut batch).await {
             Ok(counts) => {
+                self.access.granted();
                 fm::transaction("committed", started.elapsed());
                 fm::committed(&counts);
                 return Ok(None);
@@ -357,6 +365,9 @@ impl FanoutLoop {
                     TxnError::Fatal(_) => "fenced",
                 };
                 tracing::warn!(%error, events = batch.messages.len(), "transaction failed; aborting (or re-creating the producer), the batch goes into the next one");
+                if let Some(denial) = self.denial(&error) {
+                    self.access.refused(denial, &error);
+                }
                 fm::transaction(outcome, started.elapsed());
                 self.txn.recover(&error, stop).await?;
             }
@@ -365,7 +376,39 @@ impl FanoutLoop {
         Ok(Some(batch))
     }
 
+    /// What a failed transaction was refused, if an ACL is missing: the
+    /// resource and operation of the fanout's row of the ACL table.
+    fn denial(&self, error: &TxnError) -> Option<Denial> {
+        let (TxnError::Abortable(e) | TxnError::Fatal(e)) = error;
+        let (resource, name, operation) = match access::denied(e)? {
+            Denied::Topic => (
+                "topic",
+                self.failed_topic.clone().unwrap_or_else(|| {
+                    format!(
+                        "{} or {}",
+                        self.topics.deliveries(),
+                        self.topics.quarantine()
+                    )
+                }),
+                "Write",
+            ),
+            Denied::Group => ("group", self.config.fanout.group_id.clone(), "Read"),
+            Denied::TransactionalId => (
+                "transactional-id",
+                self.txn.transactional_id().to_owned(),
+                "Write",
+            ),
+            Denied::Cluster => ("cluster", String::new(), "IdempotentWrite"),
+        };
+        Some(Denial {
+            resource,
+            name,
+            operation,
+        })
+    }
+
     async fn transact(&mut self, batch: &mut Batch) -> Result<fm::TxnCounts, TxnError> {
+        self.failed_topic = None;
         self.txn.begin()?;
         let now_ms = epoch::millis(SystemTime::now());
         let mut counts = fm::TxnCounts {
@@ -391,13 +434,15 @@ impl FanoutLoop {
                 Output::Deliveries(deliveries) => {
                     for d in &deliveries {
                         let bytes = encode(d);
-                        self.txn
-                            .send(
-                                self.topics.deliveries(),
-                                Some(d.tenant_id.as_bytes()),
-                                &bytes,
-                            )
-                            .await?;
+                        let topic = self.topics.deliveries();
+                        if let Err(e) = self
+                            .txn
+                            .send(topic, Some(d.tenant_id.as_bytes()), &bytes)
+                            .await
+                        {
+                            self.failed_topic = Some(topic.to_owned());
+                            return Err(e);
+                        }
                     }
                     counts.produced += deliveries.len();
                 }
@@ -420,9 +465,11 @@ impl FanoutLoop {
                     counts.duplicate(PayloadMatch::Changed);
                     counts.quarantined.push(q.reason.clone());
                     let key = q.key.clone().unwrap_or_default();
-                    self.txn
-                        .send(self.topics.quarantine(), Some(&key), &encode(q.as_ref()))
-                        .await?;
+                    let topic = self.topics.quarantine();
+                    if let Err(e) = self.txn.send(topic, Some(&key), &encode(q.as_ref())).await {
+                        self.failed_topic = Some(topic.to_owned());
+                        return Err(e);
+                    }
                 }
                 Output::Quarantine(q) => {
                     tracing::warn!(
@@ -434,9 +481,11 @@ impl FanoutLoop {
                     );
                     counts.quarantined.push(q.reason.clone());
                     let key = q.key.clone().unwrap_or_default();
-                    self.txn
-                        .send(self.topics.quarantine(), Some(&key), &encode(q.as_ref()))
-                        .await?;
+                    let topic = self.topics.quarantine();
+                    if let Err(e) = self.txn.send(topic, Some(&key), &encode(q.as_ref())).await {
+                        self.failed_topic = Some(topic.to_owned());
+                        return Err(e);
+                    }
                 }
             }
         }

@@ -1,5 +1,6 @@
 //! One consumed `events` record in, the records fan-out writes out: one
-//! `Delivery` per enabled, matching subscription of the event's own tenant, or
+//! `Delivery` per matching subscription of the event's own tenant (a disabled one
+//! too: the dispatcher keeps its deliveries as dead letters for replay), or
 //! one `QuarantinedEvent` when the bytes cannot be used or repeat an event_id
 //! with another payload, or nothing for a same-payload duplicate. Never panics
 //! on input.
@@ -113,8 +114,8 @@ pub fn admission_key(event: &DomainEvent) -> (KeyHash, Fingerprint) {
     )
 }
 
-/// Fans one record out against `matching`, which returns the enabled
-/// subscriptions of a tenant that want an event type, after `admit` (the
+/// Fans one record out against `matching`, which returns the subscriptions of a
+/// tenant that want an event type, after `admit` (the
 /// admission window) has decided on the usable event.
 pub fn fan_out(
     input: Input<'_>,
@@ -209,6 +210,8 @@ mod tests {
                     enabled,
                     max_in_flight: 1,
                     rate_limit_per_s: None,
+                    disabled_reason: None,
+                    disabled_at: None,
                     version: 1,
                     updated_at: 0,
                 })
@@ -246,13 +249,14 @@ mod tests {
     }
 
     #[test]
-    fn one_delivery_per_enabled_matching_subscription_of_the_same_tenant() {
+    fn one_delivery_per_matching_subscription_of_the_same_tenant_disabled_ones_too() {
         let bytes = encode(&event("acme", "invoice.paid", 10));
         let Output::Deliveries(ds) = run(Some(&bytes), 1024) else {
             panic!("expected deliveries")
         };
         let subs: Vec<_> = ds.iter().map(|d| d.subscription_id.as_str()).collect();
-        assert_eq!(subs, ["a-all", "a-inv"]);
+        // `a-off` is disabled: its delivery is made, and the dispatcher keeps it.
+        assert_eq!(subs, ["a-all", "a-inv", "a-off"]);
         for d in &ds {
             assert_eq!(d.delivery_id, delivery_id("evt-1", &d.subscription_id));
             assert_eq!((d.attempt, d.created_at, d.due_at), (0, 5, 5));

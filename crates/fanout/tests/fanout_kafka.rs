@@ -45,15 +45,22 @@ async fn matches_exact_and_prefix_types_and_never_another_tenants_events() {
     let deliveries = env.deliveries().await;
     fanout.shutdown().await;
 
+    // A disabled subscription still gets its deliveries: the dispatcher keeps them
+    // (dead letters `subscription_disabled`) for replay once it is enabled again.
     let expected: Vec<(String, String)> = [
         ("e1", "acme-all"),
         ("e1", "acme-inv"),
+        ("e1", "acme-off"),
         ("e2", "acme-all"),
         ("e2", "acme-exact"),
+        ("e2", "acme-off"),
         ("e3", "acme-all"),
+        ("e3", "acme-off"),
         ("e4", "globex-inv"),
         ("e7", "acme-all"),
+        ("e7", "acme-off"),
         ("e8", "acme-all"),
+        ("e8", "acme-off"),
     ]
     .iter()
     .map(|(e, s)| (e.to_string(), s.to_string()))
@@ -157,12 +164,24 @@ async fn subscription_created_changed_disabled_and_deleted_while_events_flow() {
     )
     .await;
 
+    // Disabled, it still gets its deliveries (the dispatcher keeps them), and a
+    // changed filter still takes effect.
     live.enabled = false;
+    live.event_types = vec!["order.shipped".into()];
     live.version = 3;
     env.put(&live).await;
     until_effective(&env, "disabled", "order.created", |s| s == ["base"], 10).await;
+    until_effective(
+        &env,
+        "disabled-kept",
+        "order.shipped",
+        |s| s == ["base", "live"],
+        3,
+    )
+    .await;
 
     live.enabled = true;
+    live.event_types = vec!["order.*".into()];
     live.version = 4;
     env.put(&live).await;
     until_effective(

@@ -68,23 +68,37 @@ async fn disable_enable_and_put_never_flip_enabled_silently() {
     let off = get(&prefix, "s1").await;
     assert!(!off.enabled);
     assert_eq!(off.version, 2);
-    assert_eq!(off.url, first.url, "nothing but enabled changes");
+    assert_eq!(off.url, first.url, "nothing but the state changes");
+    assert_eq!(off.disabled_reason.as_deref(), Some("operator"));
+    assert!(
+        off.disabled_at.is_some_and(|at| at >= first.updated_at),
+        "{off:?}"
+    );
     let again = run(&prefix, &["disable", "--id", "s1"]).await.unwrap();
     assert!(again.contains("already disabled"), "{again}");
 
     // A put without --enabled keeps it disabled, and says so.
     let out = run(&prefix, &put).await.unwrap();
     assert!(out.contains("kept disabled"), "{out}");
-    assert!(!get(&prefix, "s1").await.enabled);
+    let kept = get(&prefix, "s1").await;
+    assert!(!kept.enabled);
+    assert_eq!(
+        (kept.disabled_reason, kept.disabled_at),
+        (off.disabled_reason, off.disabled_at)
+    );
 
     let out = run(&prefix, &["enable", "--id", "s1"]).await.unwrap();
     assert!(out.contains("enabled s1 version 4"), "{out}");
-    assert!(get(&prefix, "s1").await.enabled);
+    let on = get(&prefix, "s1").await;
+    assert!(on.enabled);
+    assert_eq!((on.disabled_reason, on.disabled_at), (None, None));
 
     let mut off = put.to_vec();
     off.extend(["--enabled", "false"]);
     run(&prefix, &off).await.unwrap();
-    assert!(!get(&prefix, "s1").await.enabled);
+    let off = get(&prefix, "s1").await;
+    assert!(!off.enabled);
+    assert_eq!(off.disabled_reason.as_deref(), Some("operator"));
 
     let err = run(&prefix, &["enable", "--id", "nope"]).await.unwrap_err();
     assert!(

@@ -54,6 +54,9 @@ pub struct CommonArgs {
         long = "kafka-config",
         global = true,
         env = "HOOKLINE_KAFKA_CONFIG",
+        // The entries may hold a password (`sasl.password=...`): `--help`
+        // must not print them.
+        hide_env_values = true,
         value_delimiter = ';',
         value_name = "KEY=VALUE"
     )]

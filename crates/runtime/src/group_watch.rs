@@ -70,7 +70,10 @@ impl WatchSpec {
     }
 }
 
-/// Starts watching `consumer` (which has subscribed) until `stop`.
+/// Starts watching `consumer` (which has subscribed) until `stop`, or until
+/// the consumer is dropped: the watch holds it only weakly between looks, so
+/// it never keeps a stopping stage's consumer (and its group membership and
+/// librdkafka threads) alive.
 pub fn spawn<C, K>(
     consumer: Arc<K>,
     spec: WatchSpec,
@@ -83,6 +86,7 @@ where
     K: Consumer<C> + Send + Sync + 'static,
 {
     let condition: &'static str = Box::leak(format!("consumer {}", spec.consumer).into_boxed_str());
+    let consumer = Arc::downgrade(&consumer);
     tokio::spawn(async move {
         let mut detector = StallDetector::new(spec.stall_timeout, Instant::now());
         let mut was_ready = true;
@@ -93,7 +97,9 @@ where
                 _ = stop.cancelled() => break,
                 _ = tick.tick() => {}
             }
-            let c = Arc::clone(&consumer);
+            let Some(c) = consumer.upgrade() else {
+                break;
+            };
             let h = held.clone();
             let Ok(views) = tokio::task::spawn_blocking(move || look(&*c, &h)).await else {
                 continue;

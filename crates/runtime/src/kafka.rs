@@ -14,6 +14,7 @@ use rdkafka::{
     ClientConfig, ClientContext,
 };
 
+pub mod access;
 mod rebalance;
 pub mod txn;
 

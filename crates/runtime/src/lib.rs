@@ -2,6 +2,7 @@
 //! telemetry, the health/metrics endpoint and shutdown. Stage logic lives in the
 //! service crates; pure decisions live in `hookline-core`.
 
+pub mod acls;
 pub mod config;
 pub mod group_watch;
 pub mod health;

@@ -44,6 +44,8 @@ fn sub(id: &str) -> Subscription {
         enabled: true,
         max_in_flight: 1,
         rate_limit_per_s: None,
+        disabled_reason: None,
+        disabled_at: None,
         version: 1,
         updated_at: 0,
     }

@@ -45,6 +45,9 @@ pub struct Spec {
     /// `--log` filter of every stage (the harness reads the ops address from
     /// `hookline_runtime::ops`' info line, so keep that).
     pub log_filter: String,
+    /// A stage's `--brokers` when not the test broker's plain listener (a
+    /// secured listener): stage name -> bootstrap.
+    pub brokers: HashMap<&'static str, String>,
 }
 
 impl Spec {
@@ -63,6 +66,7 @@ impl Spec {
             fanout_args: Vec::new(),
             sink_args: Vec::new(),
             log_filter: "warn,hookline_runtime::ops=info".to_owned(),
+            brokers: HashMap::new(),
         }
     }
 }
@@ -225,6 +229,8 @@ impl Pipeline {
             enabled: true,
             max_in_flight,
             rate_limit_per_s: None,
+            disabled_reason: None,
+            disabled_at: None,
             version: 1,
             updated_at: now_us() / 1000,
         }
@@ -257,10 +263,16 @@ impl Pipeline {
     }
 
     /// Flags every stage gets: brokers, prefix, ops port, JSON logs, group.
-    fn common_args(&self, group: &str) -> Vec<String> {
+    fn common_args(&self, stage: &str, group: &str) -> Vec<String> {
+        let brokers = self
+            .spec
+            .brokers
+            .get(stage)
+            .cloned()
+            .unwrap_or_else(kafka::brokers);
         [
             "--brokers",
-            &kafka::brokers(),
+            &brokers,
             "--topic-prefix",
             self.topics.prefix(),
             "--http-addr",
@@ -278,7 +290,7 @@ impl Pipeline {
 
     /// Starts the dlq-sink, archiving into `archive_dir()`.
     pub async fn start_sink(&mut self) -> anyhow::Result<()> {
-        let mut sink = self.common_args(&format!("{}dlq-sink", self.topics.prefix()));
+        let mut sink = self.common_args("dlq-sink", &format!("{}dlq-sink", self.topics.prefix()));
         sink.extend([
             "--archive-url".to_owned(),
             self.archive_dir().display().to_string(),
@@ -293,7 +305,7 @@ impl Pipeline {
     /// Starts one dispatcher named `name` (`dispatcher`, or e.g. `dispatcher-b`
     /// for a second member of the same group).
     pub async fn start_dispatcher(&mut self, name: &'static str) -> anyhow::Result<()> {
-        let mut dispatcher = self.common_args(&format!("{}dispatcher", self.topics.prefix()));
+        let mut dispatcher = self.common_args(name, &format!("{}dispatcher", self.topics.prefix()));
         dispatcher.extend(
             [
                 "--secrets-dir",
@@ -323,7 +335,7 @@ impl Pipeline {
     /// Starts fanout with a transactional id of its own (kept across restarts,
     /// so a restarted fanout fences its predecessor).
     pub async fn start_fanout(&mut self) -> anyhow::Result<()> {
-        let mut fanout = self.common_args(&self.groups.fanout);
+        let mut fanout = self.common_args("fanout", &self.groups.fanout);
         fanout.extend([
             "--transactional-id".to_owned(),
             format!("{}fanout-txn", self.topics.prefix()),

@@ -27,6 +27,8 @@ pub fn subscription(id: &str, tenant: &str, patterns: &[&str], url: &str) -> Sub
         enabled: true,
         max_in_flight: 4,
         rate_limit_per_s: None,
+        disabled_reason: None,
+        disabled_at: None,
         version: 1,
         updated_at: 1_764_000_000_000,
     }

@@ -134,6 +134,8 @@ async fn run_one(
         "rolling_restart" => scenarios::rolling_restart::run(report, rng).await,
         "hostile_endpoints" => scenarios::hostile_endpoints::run(report, rng).await,
         "bad_input" => scenarios::bad_input::run(report, rng).await,
+        "secured" => scenarios::secured::run(report, rng).await,
+        "acl_missing" => scenarios::acl_missing::run(report, rng).await,
         "broker_restart" if private_broker => scenarios::broker_restart::run(report, rng).await,
         "broker_restart" => bail!("broker_restart stops its broker: it runs only on a private one"),
         other => bail!("unknown scenario {other}"),

@@ -33,6 +33,7 @@ use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use futures::FutureExt;
 
+use hookline_envelope::encode;
 use hookline_runtime::kafka::txn::{GroupOffsets, Transactor, TxnError};
 use rdkafka::{consumer::Consumer, error::KafkaError, Offset, TopicPartitionList};
 use tokio::{task::JoinHandle, time::Instant};
@@ -380,6 +381,12 @@ async fn transact(
         transactor
             .send(&h.topic, h.record_key.as_deref(), &h.value)
             .await?;
+        if let Some(d) = &h.disable {
+            let key = d.record.subscription_id.as_bytes();
+            transactor
+                .send(&d.topic, Some(key), &encode(&d.record))
+                .await?;
+        }
     }
     transactor.commit(offsets).await
 }

@@ -39,7 +39,7 @@ impl Engine {
         let tiers = inputs
             .iter()
             .zip(&counts)
-            .filter(|(input, _)| input.retry)
+            .filter(|(input, _)| input.retry())
             .map(|(input, c)| metrics::TierGauges {
                 tier: input.label,
                 oldest_due_age: age(c.oldest_ready),

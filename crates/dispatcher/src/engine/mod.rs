@@ -19,18 +19,20 @@
 //!   session stays alive.
 
 mod commit;
+mod disable;
 mod gauges;
 mod rebalance;
 
 use std::{collections::HashMap, sync::Arc, time::Duration, time::SystemTime};
 
-use hookline_core::{LaneLimits, LaneSettings};
+use disable::Disabling;
+use hookline_core::{DeadLetterReason, LaneLimits, LaneSettings, RejectReason};
 use hookline_envelope::{Delivery, Unusable};
 use hookline_runtime::{
     group_watch::HeldPartitions,
     health::Health,
     kafka::{self, txn::Transactor},
-    subscriptions::Subscriptions,
+    subscriptions::{DisabledReason, Subscriptions},
 };
 use rdkafka::{
     consumer::Consumer,
@@ -49,9 +51,10 @@ use crate::{
     config::CommitSettings,
     consumer::{Command, Consumers, FromKafka},
     events,
+    handoff::{Handoff, Written},
     machine::{Action, Directory, GateAction, Intake, Machine, Note},
     metrics,
-    part::{Key, Part},
+    part::{Key, NoTarget, Part},
     quarantine, DispatcherError,
 };
 
@@ -63,8 +66,9 @@ const GAUGE_TICKS: u32 = 5;
 /// it when the refetched head is checked (the sleep runs on the monotonic clock).
 const WAKE_SLACK: Duration = Duration::from_millis(2);
 
-/// The subscription table, as the machine asks it.
-struct Subs<'a>(&'a Subscriptions);
+/// The subscription table, as the machine asks it, with the disables this
+/// replica has written and the table does not show yet.
+struct Subs<'a>(&'a Subscriptions, &'a Disabling);
 
 impl Directory for Subs<'_> {
     fn settings(&self, subscription_id: &str) -> LaneSettings {
@@ -77,9 +81,22 @@ impl Directory for Subs<'_> {
             })
     }
 
-    fn target(&self, d: &Delivery) -> Option<Target> {
-        let s = self.0.get(&d.subscription_id)?;
-        (s.record.enabled && s.record.tenant_id == d.tenant_id).then(|| Target {
+    fn target(&self, d: &Delivery) -> Result<Target, NoTarget> {
+        let s = self.0.get(&d.subscription_id).ok_or(NoTarget::Deleted)?;
+        if s.record.tenant_id != d.tenant_id {
+            return Err(NoTarget::OtherTenant);
+        }
+        if self.1.overrides(&d.subscription_id, s.record.version) {
+            return Err(NoTarget::Disabled {
+                reason: Some(DisabledReason::Gone.as_str().to_owned()),
+            });
+        }
+        if !s.record.enabled {
+            return Err(NoTarget::Disabled {
+                reason: s.record.disabled_reason.clone(),
+            });
+        }
+        Ok(Target {
             url: s.record.url.clone(),
             secret_ref: s.record.secret_ref.clone(),
         })
@@ -100,6 +117,7 @@ pub(crate) struct Engine {
     topics: Vec<String>,
     events: mpsc::Receiver<FromKafka>,
     subs: Subscriptions,
+    disabling: Disabling,
     ctx: Arc<AttemptContext>,
     health: Health,
     request_timeout: Duration,
@@ -149,10 +167,16 @@ impl Engine {
         Ok(Self {
             epochs: vec![0; p.inputs.len()],
             topics: p.inputs.iter().map(|i| i.topic.clone()).collect(),
-            machine: Machine::new(p.inputs, limits, p.max_payload_bytes)?,
+            machine: Machine::new(
+                p.inputs,
+                limits,
+                p.max_payload_bytes,
+                p.ctx.retry_policy.ladder().clone(),
+            )?,
             consumers: p.consumers,
             events: p.events,
             subs: p.subs,
+            disabling: Disabling::default(),
             ctx: p.ctx,
             health: p.health,
             request_timeout: p.request_timeout,
@@ -178,7 +202,7 @@ impl Engine {
                 break;
             }
             self.machine
-                .start_ready(SystemTime::now(), &Subs(&self.subs));
+                .start_ready(SystemTime::now(), &Subs(&self.subs, &self.disabling));
             self.act();
             // A due partition to resume or a rate-limited lane allowed to start.
             let wakeup = self.machine.next_wakeup().map(|at| {
@@ -255,16 +279,46 @@ impl Engine {
             events::UnexpectedTopic { topic: msg.topic() }.emit();
             return;
         };
+        let written_at = msg
+            .timestamp()
+            .to_millis()
+            .filter(|ms| *ms >= 0)
+            .map(hookline_core::epoch::from_millis);
         let intake = self.machine.on_record(
             part,
             msg.offset(),
-            msg.payload(),
+            (msg.payload(), written_at),
             SystemTime::now(),
-            &Subs(&self.subs),
+            &Subs(&self.subs, &self.disabling),
         );
-        if let Intake::Quarantine(unusable) = intake {
-            self.quarantine(part, msg, &unusable);
+        match intake {
+            Intake::Quarantine(unusable) => self.quarantine(part, msg, &unusable),
+            Intake::Repark { tier } => self.repark(part, msg, tier),
+            Intake::Queued | Intake::Dropped | Intake::NotDue => {}
         }
+    }
+
+    /// Hands a tier head its tier released before it was due to the next
+    /// transaction, as it is (no attempt), for the tier that fits what is left;
+    /// the machine finishes its offset in that transaction.
+    fn repark(&mut self, part: Part, msg: &OwnedMessage, tier: usize) {
+        let Some((name, topic)) = self.ctx.topics.retries().nth(tier) else {
+            // Unreachable: the ladder and the topics have the same tiers.
+            events::NoSuchRetryTier { tier }.emit();
+            self.machine
+                .complete((part, msg.offset()), Finished::Abandoned);
+            return;
+        };
+        self.commits.defer(Handoff {
+            key: (part, msg.offset()),
+            topic: topic.to_owned(),
+            record_key: msg.key().map(<[u8]>::to_vec),
+            value: msg.payload().unwrap_or_default().to_vec(),
+            written: Written::Reparked {
+                tier: name.to_owned(),
+            },
+            disable: None,
+        });
     }
 
     /// Hands a record that is not a `Delivery` to the next transaction, for the
@@ -322,6 +376,12 @@ impl Engine {
                 } => {
                     let ctx = Arc::clone(&self.ctx);
                     self.spawn(key, attempt::run(ctx, key, *delivery, target, refusal));
+                }
+                // Finished when it goes into a transaction (`commit.rs`).
+                Action::Unattempted { key, delivery, why } => {
+                    let handoff =
+                        attempt::unattempted(&self.ctx, key, *delivery, &why, SystemTime::now());
+                    self.commits.defer(handoff);
                 }
             }
         }
@@ -381,8 +441,9 @@ impl Engine {
                     Ended::Done => self.machine.complete(key, Finished::Durable),
                     Ended::Abandoned => self.machine.complete(key, Finished::Abandoned),
                     // Finished when it goes into a transaction (`commit.rs`).
-                    Ended::Handoff(handoff) => {
+                    Ended::Handoff(mut handoff) => {
                         self.machine.attempt_ended(key);
+                        self.disable_if_gone(&mut handoff);
                         self.commits.defer(*handoff);
                     }
                 }
@@ -393,8 +454,11 @@ impl Engine {
                 };
                 self.running.remove(&key);
                 if e.is_panic() {
-                    self.machine
-                        .panicked(key, SystemTime::now(), &Subs(&self.subs));
+                    self.machine.panicked(
+                        key,
+                        SystemTime::now(),
+                        &Subs(&self.subs, &self.disabling),
+                    );
                 } else {
                     self.machine.complete(key, Finished::Abandoned);
                 }
@@ -402,8 +466,27 @@ impl Engine {
         }
     }
 
+    /// A 410's dead letter takes the disabled subscription with it (`disable.rs`).
+    fn disable_if_gone(&mut self, handoff: &mut Handoff) {
+        if let Written::Dead {
+            reason: DeadLetterReason::Rejected(RejectReason::Gone),
+            subscription_id,
+            tenant_id,
+            ..
+        } = &handoff.written
+        {
+            handoff.disable = self.disabling.on_gone(
+                &self.subs,
+                (subscription_id, tenant_id),
+                self.ctx.topics.subscriptions(),
+                hookline_core::epoch::millis(SystemTime::now()),
+            );
+        }
+    }
+
     fn on_tick(&mut self) {
         self.health.beat(LOOP);
+        self.disabling.prune(&self.subs);
         self.machine.on_tick();
         self.ticks += 1;
         if self.ticks % GAUGE_TICKS == 0 {
@@ -439,13 +522,6 @@ fn emit(note: Note, topics: &[String]) {
             error: &error,
         }
         .emit(),
-        Note::Cancelled {
-            delivery_id,
-            subscription_id,
-        } => {
-            metrics::cancelled();
-            tracing::info!(%delivery_id, %subscription_id, "subscription disabled or deleted; delivery cancelled");
-        }
         Note::Panicked(key) => events::AttemptPanicked { key: &key }.emit(),
         Note::RetryLate { label, late } => metrics::retry_lateness(label, late),
     }

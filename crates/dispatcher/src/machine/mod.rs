@@ -7,11 +7,17 @@
 //!
 //! Guarantees:
 //! - at least once: an offset is finished only after an attempt ends
-//!   delivered or cancelled, or its follow-up (or a quarantined record) goes
-//!   into a transaction; a panicked attempt is queued again, never finished;
+//!   delivered, or its follow-up (a retry, a dead letter — also the unattempted
+//!   one of a delivery whose subscription is disabled or deleted — or a
+//!   quarantined record) goes into a transaction; a panicked attempt is queued
+//!   again, never finished;
 //! - never early: a retry-tier record is queued only once `now ≥ due_at`; a head
 //!   not yet due holds its partition (`Hold::NotDue`) and rewinds it, and what
-//!   was fetched before the rewind is dropped, to be fetched again;
+//!   was fetched before the rewind is dropped, to be fetched again — at most
+//!   until its tier releases it (written + the tier's delay): a head released
+//!   with more than the first tier's delay still to wait (a long `Retry-After`)
+//!   is re-parked, written unattempted to the tier that fits what is left
+//!   (`Ladder::release`), so no hint stalls a tier partition;
 //! - bounded memory: a partition whose buffer share is full is held
 //!   (`Hold::Buffer`) until the lanes report it drained; one with too many
 //!   writes pending (quarantined records, follow-ups waiting for their
@@ -34,8 +40,7 @@ use std::{
 };
 
 use hookline_core::{
-    epoch, head_decision, Flow, HeadDecision, Job, LaneKey, LaneLimits, LaneSettings, Lanes,
-    Started,
+    epoch, Flow, Job, Ladder, LaneKey, LaneLimits, LaneSettings, Lanes, Release, Started,
 };
 use hookline_envelope::{decode_value, Delivery, Unusable};
 
@@ -48,7 +53,7 @@ use crate::{
     attempt::{Finished, Refusal, Target},
     handoff,
     offsets::Offsets,
-    part::{Input, Key, Part},
+    part::{Input, Key, NoTarget, Part},
     DispatcherError,
 };
 
@@ -56,9 +61,9 @@ use crate::{
 pub(crate) trait Directory {
     /// The lane settings of a subscription (unknown: one in flight, no rate).
     fn settings(&self, subscription_id: &str) -> LaneSettings;
-    /// Where to send `delivery` now; `None` when its subscription is deleted,
-    /// disabled, or no longer the delivery's tenant's.
-    fn target(&self, delivery: &Delivery) -> Option<Target>;
+    /// Where to send `delivery` now, or why there is nowhere: its subscription is
+    /// deleted, disabled, or no longer the delivery's tenant's.
+    fn target(&self, delivery: &Delivery) -> Result<Target, NoTarget>;
 }
 
 /// What the adapter must do.
@@ -73,6 +78,13 @@ pub(crate) enum Action {
         delivery: Box<Delivery>,
         target: Target,
         refusal: Option<Refusal>,
+    },
+    /// `delivery` has nowhere to go (`why`): hand its dead letter, unattempted, to
+    /// the next transaction, then [`Machine::complete`] `key`.
+    Unattempted {
+        key: Key,
+        delivery: Box<Delivery>,
+        why: NoTarget,
     },
 }
 
@@ -91,11 +103,6 @@ pub(crate) enum Note {
     StartedNotQueued(Key),
     /// The watermark refused a finish (a bug: the committed offset waits).
     WatermarkRefused(Part, i64, String),
-    /// A delivery whose subscription is disabled or deleted was completed as cancelled.
-    Cancelled {
-        delivery_id: String,
-        subscription_id: String,
-    },
     /// An attempt's task panicked; its delivery is queued again.
     Panicked(Key),
     /// A retry started this late after it was due.
@@ -111,6 +118,10 @@ pub(crate) enum Intake {
     Dropped,
     /// A tier head not yet due: its partition is held and rewound.
     NotDue,
+    /// A tier head its tier released before it is due: write the record as it
+    /// is, unattempted, to retry tier `tier` (the ladder's index), then
+    /// [`Machine::complete`] its key. The partition behind it flows on.
+    Repark { tier: usize },
     /// Not a `Delivery`: write it to quarantine, then [`Machine::complete`] `key`.
     Quarantine(Unusable),
 }
@@ -161,6 +172,8 @@ pub(crate) struct Machine {
     notes: Vec<Note>,
     /// Larger payloads are refused without being sent.
     max_payload_bytes: usize,
+    /// When a tier head is due, and where a re-parked one goes.
+    ladder: Ladder,
 }
 
 impl Machine {
@@ -168,6 +181,7 @@ impl Machine {
         inputs: Vec<Input>,
         limits: LaneLimits,
         max_payload_bytes: usize,
+        ladder: Ladder,
     ) -> Result<Self, DispatcherError> {
         Ok(Self {
             inputs,
@@ -179,6 +193,7 @@ impl Machine {
             actions: Vec::new(),
             notes: Vec::new(),
             max_payload_bytes,
+            ladder,
         })
     }
 
@@ -219,12 +234,13 @@ impl Machine {
         self.gate_actions(out);
     }
 
-    /// One fetched record of `part` at `offset` (`payload` is its value).
+    /// One fetched record of `part` at `offset` (`payload` is its value,
+    /// `written_at` its Kafka timestamp when it has one).
     pub(crate) fn on_record(
         &mut self,
         part: Part,
         offset: i64,
-        payload: Option<&[u8]>,
+        (payload, written_at): (Option<&[u8]>, Option<SystemTime>),
         now: SystemTime,
         dir: &impl Directory,
     ) -> Intake {
@@ -250,17 +266,25 @@ impl Machine {
                 return Intake::Quarantine(unusable);
             }
         };
-        let retry = self.inputs[usize::from(part.input)].retry;
-        if retry {
-            if let HeadDecision::Wait { until } =
-                head_decision(epoch::from_millis(delivery.due_at), now)
-            {
-                // Forget it and what follows: they are fetched and tracked again.
-                self.offsets.reset_to(part, offset);
-                let mut out = Vec::new();
-                self.gate.hold_until(part, offset, until, &mut out);
-                self.gate_actions(out);
-                return Intake::NotDue;
+        if let Some(tier) = self.inputs[usize::from(part.input)].tier {
+            let due = epoch::from_millis(delivery.due_at);
+            match self.ladder.release(tier, due, written_at, now) {
+                Release::Ready => {}
+                Release::Wait { until } => {
+                    // Forget it and what follows: they are fetched and tracked again.
+                    self.offsets.reset_to(part, offset);
+                    let mut out = Vec::new();
+                    self.gate.hold_until(part, offset, until, &mut out);
+                    self.gate_actions(out);
+                    return Intake::NotDue;
+                }
+                Release::Repark { tier } => {
+                    self.running.insert((part, offset), Running::Write);
+                    let mut out = Vec::new();
+                    self.gate.write_started(part, &mut out);
+                    self.gate_actions(out);
+                    return Intake::Repark { tier };
+                }
             }
         }
         let ready_since = epoch::from_millis(delivery.due_at.max(delivery.created_at));
@@ -284,7 +308,7 @@ impl Machine {
                 subscription_id: delivery.subscription_id.clone(),
             },
             tenant_id: delivery.tenant_id.clone(),
-            retry: self.inputs[usize::from(part.input)].retry,
+            retry: self.inputs[usize::from(part.input)].retry(),
             bytes: delivery.payload.len(),
         };
         let settings = dir.settings(&delivery.subscription_id);

@@ -1,6 +1,7 @@
 //! Starting what the lanes allow: each started record is attempted at its
-//! subscription as it is *now*, or completed as cancelled when that
-//! subscription is deleted, disabled, or belongs to another tenant; a payload
+//! subscription as it is *now*, or, when that subscription is disabled, deleted
+//! or another tenant's, handed on unattempted as a dead letter (its slot freed
+//! at once, its offset finished by the transaction that writes it); a payload
 //! over `--max-payload-bytes` is refused without being sent (and dead-lettered
 //! by the attempt as `payload_too_large`).
 
@@ -20,7 +21,7 @@ impl Machine {
                 continue;
             };
             let input = &self.inputs[usize::from(key.0.input)];
-            if input.retry {
+            if input.retry() {
                 let late = now.duration_since(queued.ready_since).unwrap_or_default();
                 self.notes.push(Note::RetryLate {
                     label: input.label,
@@ -28,14 +29,21 @@ impl Machine {
                 });
             }
             let delivery = Box::new(queued.delivery);
-            let Some(target) = dir.target(&delivery) else {
-                self.notes.push(Note::Cancelled {
-                    delivery_id: delivery.delivery_id.clone(),
-                    subscription_id: delivery.subscription_id.clone(),
-                });
-                let _ = self.lanes.complete(&started);
-                self.finish(key);
-                continue;
+            let target = match dir.target(&delivery) {
+                Ok(target) => target,
+                Err(why) => {
+                    if let Err(error) = self.lanes.complete(&started) {
+                        self.notes
+                            .push(Note::LanesRefusedCompletion(error.to_string()));
+                    }
+                    self.running.insert(key, Running::Write);
+                    let mut out = Vec::new();
+                    self.gate.write_started(key.0, &mut out);
+                    self.gate_actions(out);
+                    self.actions
+                        .push(Action::Unattempted { key, delivery, why });
+                    continue;
+                }
             };
             self.running.insert(
                 key,

@@ -7,14 +7,14 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use hookline_core::{LaneLimits, LaneSettings};
+use hookline_core::{Ladder, LaneLimits, LaneSettings};
 use hookline_envelope::{encode, Delivery};
 
 use super::{Action, Directory, GateAction, Hold, Intake, Machine, Note};
 use crate::{
     attempt::{Finished, Refusal, Target},
     handoff::PARTITION_PENDING_CAP,
-    part::{Input, Key, Part},
+    part::{Input, Key, NoTarget, Part},
 };
 
 /// A partition of `deliveries` and one of the tier.
@@ -57,9 +57,12 @@ impl Directory for Dir {
         LaneSettings::unlimited_rate(self.0.get(subscription_id).map_or(1, |s| s.0))
     }
 
-    fn target(&self, d: &Delivery) -> Option<Target> {
-        let (_, enabled) = self.0.get(&d.subscription_id)?;
-        enabled.then(|| Target {
+    fn target(&self, d: &Delivery) -> Result<Target, NoTarget> {
+        let (_, enabled) = self.0.get(&d.subscription_id).ok_or(NoTarget::Deleted)?;
+        if !enabled {
+            return Err(NoTarget::Disabled { reason: None });
+        }
+        Ok(Target {
             url: format!("https://example.test/{}", d.subscription_id),
             secret_ref: "secret".into(),
         })
@@ -71,12 +74,12 @@ fn machine(partition_records: usize) -> Machine {
         Input {
             topic: "deliveries".into(),
             label: "deliveries",
-            retry: false,
+            tier: None,
         },
         Input {
             topic: "retry-10s".into(),
             label: "retry-10s",
-            retry: true,
+            tier: Some(0),
         },
     ];
     let limits = LaneLimits {
@@ -88,7 +91,7 @@ fn machine(partition_records: usize) -> Machine {
         total_records: 10_000,
         total_bytes: 1 << 30,
     };
-    let mut m = Machine::new(inputs, limits, MAX_PAYLOAD).expect("valid limits");
+    let mut m = Machine::new(inputs, limits, MAX_PAYLOAD, Ladder::default()).expect("valid limits");
     m.assign(&[D, R]);
     let resumed = gates(&mut m);
     assert_eq!(resumed, vec![GateAction::Resume(D), GateAction::Resume(R)]);
@@ -126,7 +129,7 @@ fn gates(m: &mut Machine) -> Vec<GateAction> {
         .into_iter()
         .filter_map(|a| match a {
             Action::Gate(g) => Some(g),
-            Action::Attempt { .. } => None,
+            Action::Attempt { .. } | Action::Unattempted { .. } => None,
         })
         .collect()
 }
@@ -138,7 +141,7 @@ fn start(m: &mut Machine, now: SystemTime, dir: &Dir) -> Vec<Key> {
         .into_iter()
         .filter_map(|a| match a {
             Action::Attempt { key, .. } => Some(key),
-            Action::Gate(_) => None,
+            Action::Gate(_) | Action::Unattempted { .. } => None,
         })
         .collect()
 }
@@ -151,7 +154,7 @@ fn push(
     now: SystemTime,
     dir: &Dir,
 ) -> Intake {
-    m.on_record(part, offset, Some(payload), now, dir)
+    m.on_record(part, offset, (Some(payload), None), now, dir)
 }
 
 #[test]
@@ -271,6 +274,65 @@ fn full_buffer_holds_the_partition_until_the_lanes_drain_below_half() {
     assert_eq!(m.offsets_mut().committable(D), Some(6));
 }
 
+/// Tier `R` is the default ladder's first (10 s). A head due long after its tier
+/// releases it waits for the tier, then is re-parked without an attempt, on the
+/// tier that fits what is left; the records behind it flow on.
+#[test]
+fn a_head_its_tier_released_early_is_reparked_not_attempted_and_does_not_hold_the_partition() {
+    let dir = Dir::with(&[("s", 4, true)]);
+    let mut m = machine(100);
+    let written = t(0);
+    let due = t(100_000);
+    let head = delivery("s", due);
+    // Before its tier releases it (written + 10 s): held until then, not until due.
+    assert!(matches!(
+        m.on_record(R, 5, (Some(&head), Some(written)), t(1_000), &dir),
+        Intake::NotDue
+    ));
+    let generation = match gates(&mut m)[..] {
+        [GateAction::Rewind { generation, .. }] => generation,
+        ref other => panic!("expected a rewind: {other:?}"),
+    };
+    m.rewound(R, generation, true);
+    assert_eq!(
+        m.next_wakeup(),
+        Some(t(10_000)),
+        "the tier's release, not the due time"
+    );
+    m.on_due(t(10_000));
+    assert_eq!(gates(&mut m), vec![GateAction::Resume(R)]);
+    // Released with 90 s left: re-parked on retry-1m (60 s ≤ 90 s < 15 m).
+    assert!(matches!(
+        m.on_record(R, 5, (Some(&head), Some(written)), t(10_000), &dir),
+        Intake::Repark { tier: 1 }
+    ));
+    // The record behind it is due: attempted while the re-park is pending.
+    let behind = delivery("s", t(9_000));
+    assert!(matches!(
+        m.on_record(R, 6, (Some(&behind), Some(written)), t(10_000), &dir),
+        Intake::Queued
+    ));
+    assert_eq!(
+        start(&mut m, t(10_000), &dir),
+        vec![(R, 6)],
+        "the head is not attempted"
+    );
+    m.complete((R, 6), Finished::Durable);
+    assert_eq!(
+        m.offsets_mut().committable(R),
+        Some(5),
+        "the re-park is not written yet"
+    );
+    m.complete((R, 5), Finished::Durable);
+    assert_eq!(m.offsets_mut().committable(R), Some(7));
+    // Re-fetched with at most the first tier's delay left: waits in place until due.
+    let soon = delivery("s", t(15_000));
+    assert!(matches!(
+        m.on_record(R, 7, (Some(&soon), Some(written)), t(10_000), &dir),
+        Intake::NotDue
+    ));
+}
+
 #[test]
 fn tier_head_not_due_is_rewound_and_released_at_its_due_time() {
     let dir = Dir::with(&[("s", 4, true)]);
@@ -330,7 +392,7 @@ fn quarantine_writes_hold_the_partition_from_the_cap_to_half() {
     let cap = i64::try_from(PARTITION_PENDING_CAP).unwrap();
     for offset in 0..cap {
         assert!(matches!(
-            m.on_record(D, offset, Some(b"not avro"), t(0), &dir),
+            m.on_record(D, offset, (Some(b"not avro"), None), t(0), &dir),
             Intake::Quarantine(_)
         ));
     }
@@ -360,7 +422,7 @@ fn buffer_and_quarantine_release_only_together() {
     let mut m = machine(2);
     let cap = i64::try_from(PARTITION_PENDING_CAP).unwrap();
     for offset in 0..cap {
-        m.on_record(D, offset, Some(b"junk"), t(0), &dir);
+        m.on_record(D, offset, (Some(b"junk"), None), t(0), &dir);
     }
     push(&mut m, D, cap, &delivery("s", t(0)), t(0), &dir);
     push(&mut m, D, cap + 1, &delivery("s", t(0)), t(0), &dir);
@@ -420,7 +482,7 @@ fn abandoned_work_is_released_and_a_late_completion_ignored() {
     let dir = Dir::with(&[("s", 2, true)]);
     let mut m = machine(100);
     push(&mut m, D, 0, &delivery("s", t(0)), t(0), &dir);
-    m.on_record(D, 1, Some(b"junk"), t(0), &dir);
+    m.on_record(D, 1, (Some(b"junk"), None), t(0), &dir);
     assert_eq!(start(&mut m, t(0), &dir), vec![(D, 0)]);
     m.revoke(&[D]);
     assert_eq!(m.abandon(|k| k.0 == D), vec![(D, 0), (D, 1)]);
@@ -440,27 +502,47 @@ fn abandoned_work_is_released_and_a_late_completion_ignored() {
 }
 
 #[test]
-fn disabled_or_deleted_subscription_is_cancelled_and_finished() {
-    let dir = Dir::with(&[("off", 1, false)]);
+fn disabled_or_deleted_subscription_is_kept_unattempted_and_finished_only_when_written() {
+    // One slot per lane: each kept delivery frees its slot at once, so both of
+    // `off` are handed on in one pass.
+    let dir = Dir::with(&[("off", 1, false), ("on", 1, true)]);
     let mut m = machine(100);
     push(&mut m, D, 0, &delivery("off", t(0)), t(0), &dir);
     push(&mut m, D, 1, &delivery("gone", t(0)), t(0), &dir);
-    assert!(
-        start(&mut m, t(0), &dir).is_empty(),
-        "attempted a cancelled delivery"
+    push(&mut m, D, 2, &delivery("off", t(0)), t(0), &dir);
+    push(&mut m, D, 3, &delivery("on", t(0)), t(0), &dir);
+    m.start_ready(t(0), &dir);
+    let mut kept = Vec::new();
+    let mut attempted = Vec::new();
+    for action in m.take_actions() {
+        match action {
+            Action::Unattempted { key, delivery, why } => {
+                kept.push((key, delivery.subscription_id.clone(), why));
+            }
+            Action::Attempt { key, .. } => attempted.push(key),
+            Action::Gate(_) => {}
+        }
+    }
+    assert_eq!(attempted, vec![(D, 3)], "only the enabled one is attempted");
+    let disabled = NoTarget::Disabled { reason: None };
+    assert_eq!(
+        kept,
+        vec![
+            ((D, 0), "off".to_owned(), disabled.clone()),
+            ((D, 1), "gone".to_owned(), NoTarget::Deleted),
+            ((D, 2), "off".to_owned(), disabled),
+        ]
     );
-    let cancelled: Vec<String> = m
-        .take_notes()
-        .into_iter()
-        .filter_map(|n| match n {
-            Note::Cancelled {
-                subscription_id, ..
-            } => Some(subscription_id),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(cancelled, vec!["off".to_owned(), "gone".to_owned()]);
-    assert_eq!(m.offsets_mut().committable(D), Some(2));
+    assert_eq!(m.lanes().in_flight(), 1, "kept deliveries hold no slot");
+    // Not finished until their dead letters are in a transaction.
+    assert_eq!(m.offsets_mut().committable(D), Some(0));
+    for offset in 0..3 {
+        m.complete((D, offset), Finished::Durable);
+    }
+    assert_eq!(m.offsets_mut().committable(D), Some(3));
+    m.complete((D, 3), Finished::Durable);
+    assert_eq!(m.offsets_mut().committable(D), Some(4));
+    assert!(m.take_notes().is_empty(), "{:?}", m.take_notes());
 }
 
 #[test]
@@ -551,7 +633,7 @@ fn payload_over_the_cap_is_refused_without_being_sent() {
         .into_iter()
         .filter_map(|a| match a {
             Action::Attempt { key, refusal, .. } => Some((key, refusal)),
-            Action::Gate(_) => None,
+            Action::Gate(_) | Action::Unattempted { .. } => None,
         })
         .collect();
     assert_eq!(

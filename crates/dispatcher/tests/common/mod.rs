@@ -177,6 +177,8 @@ impl Env {
             enabled: true,
             max_in_flight: 4,
             rate_limit_per_s: None,
+            disabled_reason: None,
+            disabled_at: None,
             version: 1,
             updated_at: now_ms(),
         }

@@ -38,11 +38,12 @@ prop_compose! {
         max_in_flight in any::<i32>(),
         // Finite: NaN never equals itself, so it cannot take part in a round-trip assertion.
         rate_limit_per_s in option::of(-1e12f64..1e12),
+        disabled_reason in option::of(text()), disabled_at in option::of(any::<i64>()),
         version in any::<i64>(), updated_at in any::<i64>(),
     ) -> Subscription {
         Subscription {
             subscription_id, tenant_id, url, event_types, secret_ref, enabled,
-            max_in_flight, rate_limit_per_s, version, updated_at,
+            max_in_flight, rate_limit_per_s, disabled_reason, disabled_at, version, updated_at,
         }
     }
 }
@@ -137,6 +138,8 @@ pub fn sample_subscription() -> Subscription {
         enabled: true,
         max_in_flight: 1,
         rate_limit_per_s: Some(12.5),
+        disabled_reason: None,
+        disabled_at: None,
         version: 7,
         updated_at: 1_700_000_000_001,
     }

@@ -240,7 +240,13 @@ pub fn default_transactional_id(group: &str, common: &CommonArgs) -> String {
                 .unwrap_or_else(|| "host".to_owned());
             format!("{host}-{}", std::process::id())
         });
-    format!("{group}-{replica}")
+    format!("{}{replica}", transactional_id_prefix(group))
+}
+
+/// The prefix of every default transactional id of `group`'s replicas: what
+/// a prefixed TransactionalId ACL grants (`hookline-fanout acls`).
+pub fn transactional_id_prefix(group: &str) -> String {
+    format!("{group}-")
 }
 
 /// Runs a blocking transactional call, repeating it while librdkafka says the

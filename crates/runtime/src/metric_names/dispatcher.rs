@@ -16,8 +16,12 @@ pub const DISPATCHER_RATE_LIMITED_SUBSCRIPTIONS: &str =
 pub const DISPATCHER_BUFFERED_RECORDS: &str = "hookline_dispatcher_buffered_records";
 /// Age of the oldest ready record not yet attempted, by topic.
 pub const DISPATCHER_OLDEST_READY_AGE: &str = "hookline_dispatcher_oldest_ready_age_seconds";
-/// Deliveries completed without an attempt because the subscription is disabled or deleted.
-pub const DISPATCHER_CANCELLED: &str = "hookline_dispatcher_cancelled_total";
+/// Tier heads written again, unattempted, because their tier released them before
+/// their due time (a `Retry-After` longer than the tier), by the `tier` written to.
+pub const DISPATCHER_REPARKED: &str = "hookline_dispatcher_reparked_total";
+/// Subscriptions the dispatcher wrote back disabled, by `reason` (`gone`).
+pub const DISPATCHER_SUBSCRIPTIONS_DISABLED: &str =
+    "hookline_dispatcher_subscriptions_disabled_total";
 /// Attempts refused by the egress policy.
 pub const DISPATCHER_EGRESS_DENIED: &str = "hookline_dispatcher_egress_denied_total";
 /// Follow-up records (retry, dead letter, quarantined record) whose
@@ -105,8 +109,12 @@ pub(super) fn describe() {
         "Age of the oldest buffered record that is ready but not yet attempted."
     );
     metrics::describe_counter!(
-        DISPATCHER_CANCELLED,
-        "Deliveries completed without an attempt: subscription disabled or deleted."
+        DISPATCHER_REPARKED,
+        "Retries written again unattempted, not yet due when their tier released them, by tier."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_SUBSCRIPTIONS_DISABLED,
+        "Subscriptions written back disabled by the dispatcher, by reason."
     );
     metrics::describe_counter!(
         DISPATCHER_EGRESS_DENIED,

@@ -26,9 +26,12 @@ impl LiveSubscription {
         Ok(Self { record, filter })
     }
 
-    /// Whether an event of `event_type` should be delivered to this subscription now.
+    /// Whether an event of `event_type` is for this subscription. A disabled one still
+    /// wants it: fan-out makes the delivery, and the dispatcher keeps it (a dead letter
+    /// with reason `subscription_disabled`) for `replay` once the subscription is enabled
+    /// again, so nothing published while it is disabled is lost.
     pub fn wants(&self, event_type: &str) -> bool {
-        self.record.enabled && self.filter.matches(event_type)
+        self.filter.matches(event_type)
     }
 }
 
@@ -102,8 +105,8 @@ impl SubscriptionTable {
         self.by_id.get(id).cloned()
     }
 
-    /// Enabled subscriptions of `tenant` whose filter matches `event_type`, in
-    /// id order. Never another tenant's.
+    /// Subscriptions of `tenant` whose filter matches `event_type`, enabled or not
+    /// (see [`LiveSubscription::wants`]), in id order. Never another tenant's.
     pub fn matching(&self, tenant: &str, event_type: &str) -> Vec<Arc<LiveSubscription>> {
         self.by_tenant
             .get(tenant)
@@ -151,6 +154,8 @@ mod tests {
             enabled: true,
             max_in_flight: 1,
             rate_limit_per_s: None,
+            disabled_reason: None,
+            disabled_at: None,
             version,
             updated_at: 0,
         })
@@ -174,12 +179,13 @@ mod tests {
     }
 
     #[test]
-    fn disabled_subscriptions_do_not_match() {
+    fn disabled_subscriptions_still_match_so_their_events_are_kept() {
         let mut t = SubscriptionTable::default();
-        let mut s = sub("a1", "acme", &["*"], 1);
+        let mut s = sub("a1", "acme", &["x.*"], 1);
         s.record.enabled = false;
         t.upsert(s);
-        assert!(t.matching("acme", "x").is_empty());
+        assert_eq!(t.matching("acme", "x.y").len(), 1);
+        assert!(t.matching("acme", "z").is_empty());
         assert!(t.get("a1").is_some());
     }
 

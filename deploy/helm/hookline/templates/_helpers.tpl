@@ -172,10 +172,24 @@ app.kubernetes.io/component: {{ .component }}
 {{- $total -}}
 {{- end -}}
 
-{{/* The librdkafka passthrough as `key=value;...` for HOOKLINE_KAFKA_CONFIG.
-     Credentials are `@/path` references to mounted Secret files, never values. */}}
+{{/* The Kafka values of one component: (dict "root" $ "key" "dispatcher"), as
+     YAML: the component's own `kafka` (its principal's Secrets) merged over
+     the global `kafka`. Without a key, the global values. */}}
+{{- define "hookline.kafkaValues" -}}
+{{- $k := deepCopy .root.Values.kafka -}}
+{{- with .key -}}
+{{- with (index $.root.Values .).kafka -}}
+{{- $k = mergeOverwrite $k (deepCopy .) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $k -}}
+{{- end -}}
+
+{{/* The librdkafka passthrough as `key=value;...` for HOOKLINE_KAFKA_CONFIG,
+     from Kafka values (`hookline.kafkaValues`). Credentials are `@/path`
+     references to mounted Secret files, never values. */}}
 {{- define "hookline.kafkaConfig" -}}
-{{- $k := .Values.kafka -}}
+{{- $k := . -}}
 {{- $entries := list -}}
 {{- $managed := list -}}
 {{- $proto := $k.securityProtocol -}}
@@ -229,7 +243,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "hookline.commonEnv" -}}
 HOOKLINE_BROKERS: {{ required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers | quote }}
 HOOKLINE_TOPIC_PREFIX: {{ .Values.topics.prefix | quote }}
-{{- with include "hookline.kafkaConfig" . }}
+{{- with include "hookline.kafkaConfig" .Values.kafka }}
 HOOKLINE_KAFKA_CONFIG: {{ . | quote }}
 {{- end }}
 HOOKLINE_HTTP_ADDR: {{ printf "0.0.0.0:%d" (int .Values.metrics.port) | quote }}
@@ -273,6 +287,11 @@ HOOKLINE_CONSUMER_STALL_TIMEOUT: {{ $k.consumerStallTimeout | quote }}
 {{- $root := .root -}}
 {{- $c := index $root.Values .key -}}
 {{- $env := include "hookline.commonEnv" $root | fromYaml -}}
+{{- $kafka := include "hookline.kafkaValues" . | fromYaml -}}
+{{- $_ := unset $env "HOOKLINE_KAFKA_CONFIG" -}}
+{{- with include "hookline.kafkaConfig" $kafka -}}
+{{- $_ := set $env "HOOKLINE_KAFKA_CONFIG" . -}}
+{{- end -}}
 {{- $_ := set $env "HOOKLINE_SHUTDOWN_GRACE" (printf "%ds" (int $c.shutdownGraceSeconds)) -}}
 {{- range $k, $v := include "hookline.groupEnv" $root | fromYaml -}}
 {{- $_ := set $env $k $v -}}
@@ -336,21 +355,22 @@ HOOKLINE_CONSUMER_STALL_TIMEOUT: {{ $k.consumerStallTimeout | quote }}
 {{- end -}}
 {{- end -}}
 
-{{/* Volumes every pod gets: /tmp and the Kafka credential Secrets. */}}
+{{/* Volumes every pod gets: /tmp and the Kafka credential Secrets of its
+     Kafka values (`hookline.kafkaValues`). */}}
 {{- define "hookline.kafkaVolumes" -}}
 - name: tmp
   emptyDir:
     sizeLimit: 64Mi
-{{- if and (hasPrefix "SASL_" .Values.kafka.securityProtocol) .Values.kafka.sasl.existingSecret }}
+{{- if and (hasPrefix "SASL_" .securityProtocol) .sasl.existingSecret }}
 - name: kafka-sasl
   secret:
-    secretName: {{ .Values.kafka.sasl.existingSecret }}
+    secretName: {{ .sasl.existingSecret }}
     defaultMode: 0440
 {{- end }}
-{{- if .Values.kafka.tls.existingSecret }}
+{{- if .tls.existingSecret }}
 - name: kafka-tls
   secret:
-    secretName: {{ .Values.kafka.tls.existingSecret }}
+    secretName: {{ .tls.existingSecret }}
     defaultMode: 0440
 {{- end }}
 {{- end -}}
@@ -358,12 +378,12 @@ HOOKLINE_CONSUMER_STALL_TIMEOUT: {{ $k.consumerStallTimeout | quote }}
 {{- define "hookline.kafkaVolumeMounts" -}}
 - name: tmp
   mountPath: /tmp
-{{- if and (hasPrefix "SASL_" .Values.kafka.securityProtocol) .Values.kafka.sasl.existingSecret }}
+{{- if and (hasPrefix "SASL_" .securityProtocol) .sasl.existingSecret }}
 - name: kafka-sasl
   mountPath: /etc/hookline/kafka/sasl
   readOnly: true
 {{- end }}
-{{- if .Values.kafka.tls.existingSecret }}
+{{- if .tls.existingSecret }}
 - name: kafka-tls
   mountPath: /etc/hookline/kafka/tls
   readOnly: true

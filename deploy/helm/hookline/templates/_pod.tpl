@@ -3,6 +3,7 @@
 {{- $root := .root -}}
 {{- $c := index $root.Values .key -}}
 {{- $port := int $root.Values.metrics.port -}}
+{{- $kafka := include "hookline.kafkaValues" (dict "root" $root "key" .key) | fromYaml -}}
 metadata:
   labels:
     {{- include "hookline.labels" $root | nindent 4 }}
@@ -72,7 +73,7 @@ spec:
       securityContext:
         {{- toYaml $root.Values.securityContext | nindent 8 }}
       volumeMounts:
-        {{- include "hookline.kafkaVolumeMounts" $root | nindent 8 }}
+        {{- include "hookline.kafkaVolumeMounts" $kafka | nindent 8 }}
         {{- if eq .key "dispatcher" }}
         # A directory mount without subPath: the kubelet swaps the Secret's
         # files atomically, so rotated signing secrets reach running pods.
@@ -88,7 +89,7 @@ spec:
         {{- toYaml . | nindent 8 }}
         {{- end }}
   volumes:
-    {{- include "hookline.kafkaVolumes" $root | nindent 4 }}
+    {{- include "hookline.kafkaVolumes" $kafka | nindent 4 }}
     {{- if eq .key "dispatcher" }}
     - name: signing-secrets
       secret:

@@ -138,7 +138,7 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
     p.receiver.set("/ok", Behaviour::status(204));
     p.receiver
         .set("/flaky", Behaviour::status(204).fail_first(60, 503));
-    p.receiver.set("/gone", Behaviour::status(410));
+    p.receiver.set("/rejects", Behaviour::status(404));
     let tenants = ["t0", "t1", "t2", "t3"];
     let mut plan: Vec<(String, &str, &str, i32, Want)> = tenants
         .iter()
@@ -148,9 +148,9 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
         // Retries on the tiers and dead letters on the DLQ all along.
         ("t1-flaky".to_owned(), "t1", "/flaky", 4, Want::Delivered),
         (
-            "t2-gone".to_owned(),
+            "t2-rejected".to_owned(),
             "t2",
-            "/gone",
+            "/rejects",
             4,
             Want::DeadLettered("rejected_4xx"),
         ),
@@ -187,7 +187,7 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
     let load_started_us = now_us();
     let load = load::start(&mut p, &tenants, EVENTS, RATE)?;
     r.inject(format!(
-        "load: {EVENTS} events at {RATE}/s over 4 tenants (ok, flaky, gone subscriptions); \
+        "load: {EVENTS} events at {RATE}/s over 4 tenants (ok, flaky, rejecting subscriptions); \
          --max-payload-bytes {MAX_PAYLOAD} on fanout and dispatcher"
     ));
     let mut events: Vec<(u64, String)> = (0..EVENTS)

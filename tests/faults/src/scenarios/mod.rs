@@ -2,6 +2,7 @@
 //! (what was injected, what was counted), the flags every fault pipeline uses,
 //! and the checks every scenario ends with.
 
+pub mod acl_missing;
 pub mod bad_input;
 pub mod broker_restart;
 pub mod hostile_endpoints;
@@ -9,6 +10,7 @@ pub mod kill_dispatcher_retrying;
 pub mod kill_dispatcher_steady;
 pub mod kill_stages;
 pub mod rolling_restart;
+pub mod secured;
 
 use std::{collections::HashMap, time::Duration};
 
@@ -26,6 +28,8 @@ pub const ALL: &[&str] = &[
     "hostile_endpoints",
     "bad_input",
     "broker_restart",
+    "secured",
+    "acl_missing",
     "kill_dispatcher_steady",
 ];
 
@@ -169,7 +173,8 @@ pub fn all_running(p: &mut Pipeline) -> anyhow::Result<()> {
 /// The workload of the crash and restart scenarios: four tenants, each with a
 /// healthy subscription, beside it an ordered one (max_in_flight 1), one whose
 /// endpoint fails its first 100 requests (so deliveries climb the ladder and
-/// then succeed), one that answers 410 (dead-lettered at once, `rejected_4xx`)
+/// then succeed), one that answers 404 (dead-lettered at once, `rejected_4xx`; a 410 would
+/// also disable its subscription, which has its own test)
 /// and one that always answers 503 (dead-lettered `exhausted` after
 /// `MAX_ATTEMPTS`).
 #[derive(Debug)]
@@ -188,7 +193,7 @@ impl Workload {
         p.receiver.set("/ok", Behaviour::status(204));
         p.receiver
             .set("/flaky", Behaviour::status(200).fail_first(100, 503));
-        p.receiver.set("/gone", Behaviour::status(410));
+        p.receiver.set("/rejects", Behaviour::status(404));
         p.receiver.set("/down", Behaviour::status(503));
         let tenants = vec!["t0", "t1", "t2", "t3"];
         let plan: [(&str, &str, &str, i32, Want); 8] = [
@@ -198,9 +203,9 @@ impl Workload {
             ("t1-flaky", "t1", "/flaky", 4, Want::Delivered),
             ("t2-ok", "t2", "/ok", 8, Want::Delivered),
             (
-                "t2-gone",
+                "t2-rejected",
                 "t2",
-                "/gone",
+                "/rejects",
                 4,
                 Want::DeadLettered("rejected_4xx"),
             ),

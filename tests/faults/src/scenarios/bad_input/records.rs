@@ -144,6 +144,8 @@ fn junk_subscription() -> Subscription {
         enabled: true,
         max_in_flight: 1,
         rate_limit_per_s: None,
+        disabled_reason: None,
+        disabled_at: None,
         version: 1,
         updated_at: 0,
     }
