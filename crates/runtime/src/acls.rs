@@ -37,7 +37,8 @@ pub enum Who {
     DlqSink,
     /// `hookline-fanout topics --execute`.
     Topics,
-    /// `hookline-fanout subscriptions put|delete`.
+    /// `hookline-fanout subscriptions put|enable|disable|delete` (and `get`, `list`,
+    /// which only read).
     SubscriptionsPut,
     /// `hookline-dlq-sink replay --execute`.
     Replay,
