@@ -44,6 +44,6 @@ RUN apt-get update \
 COPY --from=builder /out/ /usr/local/bin/
 USER 65532:65532
 # /metrics, /healthz and /readyz.
-EXPOSE 9464
+EXPOSE 9464 9465 9466
 ENV HOOKLINE_LOG_FORMAT=json
 ENTRYPOINT ["/usr/local/bin/hookline-dispatcher"]

@@ -19,7 +19,7 @@ CARGO_DENY_VERSION := 0.20.2
 CARGO_DENY := $(TOOLS)/cargo-deny-$(CARGO_DENY_VERSION)/bin/cargo-deny
 ADVISORY_DB_URL := https://github.com/RustSec/advisory-db
 
-.PHONY: build test test-rust test-python test-faults faults chart-test lint deny fmt demo bench kafka-up kafka-down kafka-fetch venv clean
+.PHONY: dev build test test-rust test-python test-faults faults chart-test lint deny fmt demo bench kafka-up kafka-down kafka-fetch venv clean
 
 build:
 	$(CARGO) build --workspace --all-targets $(FEATURES)
@@ -109,6 +109,21 @@ SCENARIOS ?=
 bench: kafka-fetch
 	$(CARGO) build --release -p hookline-fanout -p hookline-dispatcher -p hookline-dlq-sink -p hookline-bench
 	$(WITH_KAFKA) $(CARGO) run -q --release -p hookline-bench -- $(SCENARIOS)
+
+## dev: for the README's quick start, on the broker HOOKLINE_BROKERS names
+## (`export HOOKLINE_BROKERS=$$(make -s kafka-up)`): builds the binaries,
+## creates the topics with --dev (replication 1), writes a signing secret to
+## .cache/dev-secrets/dev (once) and puts the subscription `dev-orders` of
+## tenant `dev` to order.* events at http://$(DEV_RECEIVER)/hook.
+DEV_RECEIVER ?= 127.0.0.1:8765
+DEV_SECRETS := .cache/dev-secrets
+dev:
+	$(CARGO) build -q --workspace --bins $(FEATURES)
+	$(TARGET_DIR)/debug/hookline-fanout topics --execute --dev
+	mkdir -p $(DEV_SECRETS)
+	[ -s $(DEV_SECRETS)/dev ] || echo "whsec_$$(head -c 32 /dev/urandom | base64 -w0)" > $(DEV_SECRETS)/dev
+	$(TARGET_DIR)/debug/hookline-fanout subscriptions put --id dev-orders --tenant dev \
+	  --url http://$(DEV_RECEIVER)/hook --event-type 'order.*' --secret-ref dev --allow-http
 
 kafka-fetch:
 	bash $(KAFKA) fetch

@@ -77,8 +77,15 @@ struct SinkCli {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> std::process::ExitCode {
+    // One `Error: ` line of the Display chain, never a backtrace.
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => hookline_runtime::report_error(e.as_ref()),
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     hookline_runtime::telemetry::init_logging(&cli.log, hookline_runtime::config::LogFormat::Text)?;
     let started = Instant::now();
     let out = &mut std::io::stdout();

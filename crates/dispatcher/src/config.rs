@@ -15,7 +15,7 @@ use hookline_runtime::{
     config::{parse_duration, CommonArgs},
     http::{defaults as http, read_pem_certs, HttpSettings},
     kafka,
-    provision::spec::parse_tier,
+    provision::spec::LadderArgs,
 };
 
 use crate::DispatcherError;
@@ -125,18 +125,16 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_BUFFER_BYTES", default_value_t = LaneLimits::DEFAULT.total_bytes)]
     pub buffer_bytes: usize,
 
-    /// The retry ladder as NAME=DELAY, in order, comma-separated; each tier is the
-    /// topic `deliveries.NAME` (default: retry-10s=10s,retry-1m=1m,retry-15m=15m,
-    /// retry-2h=2h). Must match the tiers the topics were provisioned with.
-    #[arg(long, env = "HOOKLINE_RETRY_TIERS", value_delimiter = ',',
-          value_parser = parse_tier, value_name = "NAME=DELAY")]
-    pub retry_tiers: Vec<(String, Duration)>,
+    /// The retry ladder (`hookline-fanout topics` reads the same flag).
+    #[command(flatten)]
+    pub ladder: LadderArgs,
 
     /// Attempts (first one included) after which a failing delivery is dead-lettered.
     #[arg(long, env = "HOOKLINE_MAX_ATTEMPTS", default_value_t = ladder::DEFAULT_MAX_ATTEMPTS)]
     pub max_attempts: u32,
 
-    /// Age (since the first attempt) past which no retry is scheduled.
+    /// Age of a delivery, since the delivery was created (its `created_at`), past
+    /// which no retry is scheduled.
     #[arg(long, env = "HOOKLINE_MAX_AGE", default_value = ladder::DEFAULT_MAX_AGE_TEXT, value_parser = parse_duration)]
     pub max_age: Duration,
 
@@ -514,10 +512,11 @@ fn breaker(d: &DispatcherArgs) -> Result<BreakerSettings, DispatcherError> {
 /// `--retry-jitter` and `--max-retry-after`; an error names the flag to fix.
 fn ladder(d: &DispatcherArgs) -> Result<Ladder, DispatcherError> {
     use hookline_core::{LadderError as E, LadderSetting};
-    let tiers: Vec<Tier> = if d.retry_tiers.is_empty() {
+    let tiers: Vec<Tier> = if d.ladder.retry_tiers.is_empty() {
         Ladder::default().tiers().to_vec()
     } else {
-        d.retry_tiers
+        d.ladder
+            .retry_tiers
             .iter()
             .map(|(name, delay)| Tier::new(name.clone(), *delay))
             .collect()

@@ -31,6 +31,7 @@ use hookline_runtime::{
         txn::{Transactor, TxnSpec},
     },
     ops::Ops,
+    provision,
     signing::SecretStore,
     subscriptions, topic_check, RuntimeError,
 };
@@ -102,7 +103,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Disp
             source,
         })?;
     let client = WebhookClient::new(settings.http.clone())?;
-    let ops = Ops::start(config.common.http_addr, STAGE).await?;
+    let ops = Ops::start(
+        config
+            .common
+            .http_addr_or(hookline_runtime::config::default_port::DISPATCHER),
+        STAGE,
+    )
+    .await?;
     metrics::describe();
     ops.health.set_ready(
         STAGE,
@@ -131,7 +138,12 @@ async fn run_stage(
     needed.extend(topics.retries().map(|(_, topic)| topic));
     needed.push(topics.dlq());
     needed.push(topics.quarantine());
-    if !topic_check::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
+    // The command quoted names this dispatcher's ladder, so running it creates
+    // exactly the tiers this dispatcher consumes.
+    let fix = provision::spec::topics_command(&config.common, &config.dispatcher.ladder.tiers());
+    if !topic_check::wait_for_topics(&config.common, &needed, &fix, &ops.health, STAGE, shutdown)
+        .await?
+    {
         return Ok(());
     }
     let table = topics.subscriptions().to_owned();

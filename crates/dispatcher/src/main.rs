@@ -1,5 +1,7 @@
 //! `hookline-dispatcher`: parses flags and environment, sets up logging, runs.
 
+use std::process::ExitCode;
+
 use clap::Parser;
 
 /// hookline dispatcher: signed webhook deliveries with retries and dead letters.
@@ -11,8 +13,15 @@ struct Cli {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    // One `Error: ` line of the Display chain, no backtrace (see hookline-fanout).
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => hookline_runtime::report_error(e.as_ref()),
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let common = &cli.config.common;
     hookline_runtime::telemetry::init_logging(&common.log, common.log_format)?;
     let signals = hookline_runtime::shutdown::on_signals();

@@ -40,12 +40,12 @@ Exit codes:
 #[derive(Debug, Clone, Default, Args)]
 pub struct SourceArgs {
     /// Read the archive (--archive-url) instead of the topic.
-    #[arg(long)]
+    #[arg(long, env = "HOOKLINE_FROM_ARCHIVE")]
     pub from_archive: bool,
 
     /// Read `events.quarantine` instead of `deliveries.dlq`. `replay` writes each
     /// quarantined record back to its source topic (`events`, `deliveries` or a retry tier).
-    #[arg(long)]
+    #[arg(long, env = "HOOKLINE_QUARANTINE")]
     pub quarantine: bool,
 }
 

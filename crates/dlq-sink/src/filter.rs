@@ -8,33 +8,54 @@ use hookline_core::matching::EventTypeFilter;
 use crate::row::{date_of, ArchiveRow};
 
 /// Filters shared by `inspect` and `replay`. Repeating a flag matches any of its values;
-/// different flags must all match.
+/// different flags must all match. Each also reads a `HOOKLINE_FILTER_*` variable
+/// (a comma-separated list for the repeatable ones).
 #[derive(Debug, Clone, Default, Args)]
 pub struct FilterArgs {
     /// Only this tenant (repeatable).
-    #[arg(long = "tenant", value_name = "TENANT")]
+    #[arg(
+        long = "tenant",
+        value_name = "TENANT",
+        env = "HOOKLINE_FILTER_TENANT",
+        value_delimiter = ','
+    )]
     pub tenants: Vec<String>,
 
     /// Only this subscription id (repeatable).
-    #[arg(long = "subscription", value_name = "ID")]
+    #[arg(
+        long = "subscription",
+        value_name = "ID",
+        env = "HOOKLINE_FILTER_SUBSCRIPTION",
+        value_delimiter = ','
+    )]
     pub subscriptions: Vec<String>,
 
     /// Only this event type, or a `prefix.*` pattern (repeatable).
-    #[arg(long = "event-type", value_name = "TYPE")]
+    #[arg(
+        long = "event-type",
+        value_name = "TYPE",
+        env = "HOOKLINE_FILTER_EVENT_TYPE",
+        value_delimiter = ','
+    )]
     pub event_types: Vec<String>,
 
     /// Only this reason, e.g. `exhausted`, `rejected_4xx`, `not_avro`, `undecodable`
     /// (repeatable).
-    #[arg(long = "reason", value_name = "REASON")]
+    #[arg(
+        long = "reason",
+        value_name = "REASON",
+        env = "HOOKLINE_FILTER_REASON",
+        value_delimiter = ','
+    )]
     pub reasons: Vec<String>,
 
     /// Only records dead-lettered (or quarantined) at or after this time: RFC 3339
     /// (`2026-11-29T10:00:00Z`), a date (`2026-11-29`, UTC) or an age (`2h`, `30m`).
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", env = "HOOKLINE_FILTER_SINCE")]
     pub since: Option<String>,
 
     /// Only records dead-lettered (or quarantined) before this time; same forms as --since.
-    #[arg(long, value_name = "TIME")]
+    #[arg(long, value_name = "TIME", env = "HOOKLINE_FILTER_UNTIL")]
     pub until: Option<String>,
 }
 

@@ -9,6 +9,7 @@ use std::{collections::BTreeMap, io::Write, time::SystemTime};
 use chrono::{DateTime, Utc};
 use clap::{Args, ValueEnum};
 use hookline_core::epoch;
+use hookline_envelope::{decode, QuarantinedEvent};
 use serde_json::{json, Value};
 
 use crate::{
@@ -29,16 +30,22 @@ pub struct InspectArgs {
     pub filter: FilterArgs,
 
     /// Output format: aligned columns, or one JSON object per line.
-    #[arg(long, value_enum, default_value_t = Output::Table)]
+    #[arg(long, env = "HOOKLINE_INSPECT_OUTPUT", value_enum, default_value_t = Output::Table)]
     pub output: Output,
 
     /// Count matching records grouped by these fields instead of listing them
     /// (repeatable: `--count-by tenant --count-by reason`).
-    #[arg(long = "count-by", value_enum, value_name = "FIELD")]
+    #[arg(
+        long = "count-by",
+        env = "HOOKLINE_INSPECT_COUNT_BY",
+        value_delimiter = ',',
+        value_enum,
+        value_name = "FIELD"
+    )]
     pub count_by: Vec<CountBy>,
 
     /// List at most this many records (counting still reads everything).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "HOOKLINE_INSPECT_MAX", value_parser = clap::value_parser!(u64).range(1..))]
     pub max: Option<u64>,
 }
 
@@ -125,6 +132,8 @@ pub async fn run(
     }
     if !args.count_by.is_empty() {
         print_counts(out, &args.count_by, &counts, args.output)?;
+    } else if args.output == Output::Table && args.source.quarantine {
+        print_quarantine_rows(out, &listed)?;
     } else if args.output == Output::Table {
         print_rows(out, &listed)?;
     }
@@ -151,8 +160,35 @@ pub(crate) fn rfc3339(ms: i64) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
+/// Where a quarantined row's original was read from, and its size: decoded
+/// from the row's value (the `QuarantinedEvent`), `None` when it is not one.
+fn quarantined_source(row: &ArchiveRow) -> Option<(String, i32, i64, usize)> {
+    let q = decode::<QuarantinedEvent>(row.value.as_deref()?).ok()?;
+    Some((
+        q.source_topic,
+        q.source_partition,
+        q.source_offset,
+        q.value.len(),
+    ))
+}
+
 /// One row as a JSON object: coordinates and decoded fields; payload bytes are not printed.
+/// A quarantined row also has its original's `source_topic`, `source_partition`,
+/// `source_offset` and `source_value_bytes`.
 pub(crate) fn row_json(row: &ArchiveRow) -> Value {
+    let mut value = row_json_common(row);
+    if let (Some((topic, partition, offset, size)), Value::Object(obj)) =
+        (quarantined_source(row), &mut value)
+    {
+        obj.insert("source_topic".into(), json!(topic));
+        obj.insert("source_partition".into(), json!(partition));
+        obj.insert("source_offset".into(), json!(offset));
+        obj.insert("source_value_bytes".into(), json!(size));
+    }
+    value
+}
+
+fn row_json_common(row: &ArchiveRow) -> Value {
     json!({
         "topic": row.topic,
         "partition": row.partition,
@@ -200,6 +236,52 @@ fn print_rows(out: &mut dyn Write, rows: &[ArchiveRow]) -> std::io::Result<()> {
             dash(r.attempt.map(|a| a.to_string())),
             dash(r.last_status.map(|s| s.to_string())),
             dash(r.delivery_id.clone()),
+        ]
+    });
+    print_table(out, header, body)
+}
+
+/// Longest detail shown in a table cell (`--output json` has all of it).
+const DETAIL_CELL_CHARS: usize = 100;
+
+/// The quarantine's own columns: where the original was read from (source
+/// topic, partition, offset), why, the detail, and the original's size.
+fn print_quarantine_rows(out: &mut dyn Write, rows: &[ArchiveRow]) -> std::io::Result<()> {
+    let header = [
+        "SOURCE_TOPIC",
+        "PARTITION",
+        "OFFSET",
+        "QUARANTINED_AT",
+        "REASON",
+        "SIZE",
+        "DETAIL",
+    ]
+    .map(str::to_owned);
+    let body = rows.iter().map(|r| {
+        let (topic, partition, offset, size) = match quarantined_source(r) {
+            Some((t, p, o, n)) => (t, p.to_string(), o.to_string(), n.to_string()),
+            None => ("-".into(), "-".into(), "-".into(), "-".into()),
+        };
+        let detail = r
+            .detail
+            .as_deref()
+            .or(r.decode_error.as_deref())
+            .unwrap_or("-")
+            .replace(['\n', '\r', '\t'], " ");
+        let detail = if detail.chars().count() > DETAIL_CELL_CHARS {
+            let cut: String = detail.chars().take(DETAIL_CELL_CHARS - 1).collect();
+            format!("{cut}…")
+        } else {
+            detail
+        };
+        [
+            topic,
+            partition,
+            offset,
+            r.dead_at.map(rfc3339).unwrap_or_else(|| "-".into()),
+            r.reason.clone(),
+            size,
+            detail,
         ]
     });
     print_table(out, header, body)

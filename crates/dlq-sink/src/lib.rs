@@ -66,14 +66,27 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DlqS
     if cleaned > 0 {
         tracing::info!(cleaned, "removed temp files left by a crash");
     }
-    let ops = Ops::start(config.common.http_addr, STAGE).await?;
+    let ops = Ops::start(
+        config
+            .common
+            .http_addr_or(hookline_runtime::config::default_port::DLQ_SINK),
+        STAGE,
+    )
+    .await?;
     metrics::describe();
     ops.health
         .set_ready(STAGE, Err("waiting for topics".into()));
     let result = async {
         let needed = [topics.dlq(), topics.quarantine()];
-        if !topic_check::wait_for_topics(&config.common, &needed, &ops.health, STAGE, &shutdown)
-            .await?
+        if !topic_check::wait_for_topics(
+            &config.common,
+            &needed,
+            &topic_check::topics_hint(&config.common),
+            &ops.health,
+            STAGE,
+            &shutdown,
+        )
+        .await?
         {
             return Ok(());
         }

@@ -52,7 +52,7 @@ async fn main() -> ExitCode {
     let archive = &cli.config.archive;
     let Some(command) = &cli.command else {
         if let Err(e) = hookline_runtime::telemetry::init_logging(&common.log, common.log_format) {
-            eprintln!("error: {e}");
+            eprintln!("Error: {e}");
             return exit(EXIT_USAGE);
         }
         let signals = hookline_runtime::shutdown::on_signals();
@@ -61,7 +61,7 @@ async fn main() -> ExitCode {
             Ok(Ok(())) => exit(EXIT_OK),
             Err(_) => std::process::exit(hookline_runtime::shutdown::FORCED_EXIT_CODE),
             Ok(Err(e)) => {
-                eprintln!("error: {}", hookline_envelope::error_chain(&e));
+                eprintln!("Error: {}", hookline_envelope::error_chain(&e));
                 exit(e.exit_code())
             }
         };
@@ -82,7 +82,7 @@ async fn main() -> ExitCode {
     match result {
         Ok(code) => exit(code),
         Err(e) => {
-            eprintln!("error: {}", hookline_envelope::error_chain(&e));
+            eprintln!("Error: {}", hookline_envelope::error_chain(&e));
             exit(e.exit_code())
         }
     }

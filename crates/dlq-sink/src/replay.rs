@@ -59,19 +59,24 @@ pub struct ReplayArgs {
     pub filter: FilterArgs,
 
     /// Write for real; without it, only preview what would be replayed.
-    #[arg(long)]
+    #[arg(long, env = "HOOKLINE_REPLAY_EXECUTE")]
     pub execute: bool,
 
     /// Write deliveries to this retry tier (`deliveries.<tier>`) instead of `deliveries`.
-    #[arg(long, value_name = "TIER", conflicts_with = "quarantine")]
+    #[arg(
+        long,
+        value_name = "TIER",
+        env = "HOOKLINE_REPLAY_TO_TIER",
+        conflicts_with = "quarantine"
+    )]
     pub to_tier: Option<String>,
 
     /// Most records written per second.
-    #[arg(long, value_name = "PER_SECOND")]
+    #[arg(long, value_name = "PER_SECOND", env = "HOOKLINE_REPLAY_RATE")]
     pub rate: Option<f64>,
 
     /// Replay at most this many matching records.
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, env = "HOOKLINE_REPLAY_MAX", value_parser = clap::value_parser!(u64).range(1..))]
     pub max: Option<u64>,
 }
 
@@ -448,7 +453,7 @@ fn settle(
 }
 
 fn producer(common: &CommonArgs) -> Result<FutureProducer, CliError> {
-    Ok(kafka::client_config(common, "hookline-dlq-sink-replay")?
+    Ok(kafka::producer_config(common, "hookline-dlq-sink-replay")?
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("linger.ms", "5")

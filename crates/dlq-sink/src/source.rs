@@ -125,7 +125,7 @@ impl TopicSource {
         let client_id = format!("hookline-dlq-sink-reader-{}", std::process::id());
         // librdkafka wants a group.id even for assign(); nothing joins or commits to it.
         let consumer: StreamConsumer<kafka::QuietContext> =
-            kafka::client_config(common, &client_id)?
+            kafka::consumer_config(common, &client_id)?
                 .set("group.id", &client_id)
                 .set("enable.auto.commit", "false")
                 .set("enable.auto.offset.store", "false")

@@ -267,6 +267,54 @@ async fn quarantine_replay_restores_the_original_bytes_key_and_headers() {
         env.send(env.topics.quarantine(), q.key.as_deref(), &encode(q), None)
             .await;
     }
+    // inspect --quarantine has the quarantine's own columns.
+    let (code, stdout, stderr) = env.cli(&["inspect", "--quarantine"]);
+    assert_eq!(code, 0, "{stderr}");
+    let mut lines = stdout.lines();
+    let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "SOURCE_TOPIC",
+            "PARTITION",
+            "OFFSET",
+            "QUARANTINED_AT",
+            "REASON",
+            "SIZE",
+            "DETAIL"
+        ],
+        "{stdout}"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows.len(), 3, "{stdout}");
+    // Listed in partition order, not send order: each is found by its source offset.
+    for q in &originals {
+        let offset = q.source_offset.to_string();
+        let row = rows
+            .iter()
+            .find(|r| r[2] == offset)
+            .unwrap_or_else(|| panic!("source offset {offset}: {stdout}"));
+        assert_eq!(row[..2], [env.topics.events(), "0"], "{stdout}");
+        assert_eq!(
+            row[4..],
+            ["not_avro", &q.value.len().to_string(), "bad", "magic"],
+            "{stdout}"
+        );
+    }
+    let (code, stdout, stderr) = env.cli(&["inspect", "--quarantine", "--output", "json"]);
+    assert_eq!(code, 0, "{stderr}");
+    let first: serde_json::Value = serde_json::from_str(stdout.lines().next().unwrap()).unwrap();
+    assert_eq!(first["source_topic"], env.topics.events());
+    assert_eq!(first["source_partition"], 0);
+    assert!(
+        first["source_offset"]
+            .as_i64()
+            .is_some_and(|o| (0..3).contains(&o)),
+        "{first}"
+    );
+    assert_eq!(first["source_value_bytes"], 12);
+    assert_eq!(first["detail"], "bad magic");
+
     let (code, stdout, stderr) = env.cli(&["replay", "--quarantine", "--tenant", "tenant-1"]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("preview: 1 record(s)"), "{stdout}");

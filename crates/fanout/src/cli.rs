@@ -1,4 +1,4 @@
-//! `hookline-fanout subscriptions put|delete|list`: manage the compacted
+//! `hookline-fanout subscriptions put|get|enable|disable|delete|list`: manage the compacted
 //! `subscriptions` topic. Every input is validated before anything is
 //! written; one bad subscription in a file writes none of them.
 
@@ -30,20 +30,45 @@ const MAX_IN_FLIGHT: i32 = 1000;
 #[derive(Debug, Clone, Subcommand)]
 pub enum SubscriptionsCmd {
     /// Create or update subscriptions (from flags or a JSON/YAML file); bumps `version`.
+    /// An existing subscription keeps its enabled state unless --enabled (or the
+    /// file's `enabled`) says otherwise.
     Put(PutArgs),
+    /// Print one subscription's current record (JSON, which is also YAML).
+    Get {
+        /// The subscription id.
+        #[arg(long = "id", env = "HOOKLINE_SUBSCRIPTION_ID")]
+        id: String,
+    },
+    /// Enable a subscription: rewrites its latest record with `enabled: true`,
+    /// `disabled_reason` and `disabled_at` cleared, and the next version. Its
+    /// deliveries dead-lettered as `subscription_disabled` meanwhile come back
+    /// with `hookline-dlq-sink replay --subscription ID`.
+    Enable {
+        /// The subscription id.
+        #[arg(long = "id", env = "HOOKLINE_SUBSCRIPTION_ID")]
+        id: String,
+    },
+    /// Disable (pause) a subscription: rewrites its latest record with
+    /// `enabled: false`, `disabled_reason: operator`, `disabled_at` now and the
+    /// next version; nothing else changes.
+    Disable {
+        /// The subscription id.
+        #[arg(long = "id", env = "HOOKLINE_SUBSCRIPTION_ID")]
+        id: String,
+    },
     /// Delete a subscription (writes a tombstone).
     Delete {
         /// The subscription id.
-        #[arg(long = "id")]
+        #[arg(long = "id", env = "HOOKLINE_SUBSCRIPTION_ID")]
         id: String,
     },
     /// List subscriptions.
     List {
         /// Only this tenant's subscriptions.
-        #[arg(long)]
+        #[arg(long, env = "HOOKLINE_SUBSCRIPTION_TENANT")]
         tenant: Option<String>,
         /// Output format.
-        #[arg(long, value_enum, default_value_t = Output::Table)]
+        #[arg(long, env = "HOOKLINE_SUBSCRIPTIONS_OUTPUT", value_enum, default_value_t = Output::Table)]
         output: Output,
     },
 }
@@ -57,39 +82,67 @@ pub enum Output {
     Json,
 }
 
-/// Arguments of `put`.
+/// Arguments of `put`. The file format is documented in the README
+/// ("Subscription files") with `deploy/dev/subscriptions.example.yaml`.
 #[derive(Debug, Clone, Args)]
 pub struct PutArgs {
     /// A JSON or YAML file with one subscription or a list of them.
-    #[arg(long, conflicts_with_all = ["id", "tenant", "url", "event_types", "secret_ref"])]
+    #[arg(long, env = "HOOKLINE_SUBSCRIPTIONS_FILE",
+          conflicts_with_all = ["id", "tenant", "url", "event_types", "secret_ref", "enabled", "disabled"])]
     pub file: Option<PathBuf>,
     /// Subscription id.
-    #[arg(long = "id", required_unless_present = "file")]
+    #[arg(
+        long = "id",
+        env = "HOOKLINE_SUBSCRIPTION_ID",
+        required_unless_present = "file"
+    )]
     pub id: Option<String>,
     /// Owning tenant.
-    #[arg(long, required_unless_present = "file")]
+    #[arg(
+        long,
+        env = "HOOKLINE_SUBSCRIPTION_TENANT",
+        required_unless_present = "file"
+    )]
     pub tenant: Option<String>,
     /// Endpoint URL (https).
-    #[arg(long, required_unless_present = "file")]
+    #[arg(
+        long,
+        env = "HOOKLINE_SUBSCRIPTION_URL",
+        required_unless_present = "file"
+    )]
     pub url: Option<String>,
-    /// Event type or `prefix.*` pattern; repeatable.
-    #[arg(long = "event-type", required_unless_present = "file")]
+    /// Event type or `prefix.*` pattern; repeatable (comma-separated in the
+    /// environment).
+    #[arg(
+        long = "event-type",
+        env = "HOOKLINE_SUBSCRIPTION_EVENT_TYPES",
+        value_delimiter = ',',
+        required_unless_present = "file"
+    )]
     pub event_types: Vec<String>,
     /// Name of the signing secret (a file in the dispatcher's secrets directory).
-    #[arg(long, required_unless_present = "file")]
+    #[arg(
+        long,
+        env = "HOOKLINE_SUBSCRIPTION_SECRET_REF",
+        required_unless_present = "file"
+    )]
     pub secret_ref: Option<String>,
     /// Concurrent attempts to this endpoint; 1 keeps event order.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, env = "HOOKLINE_SUBSCRIPTION_MAX_IN_FLIGHT", default_value_t = 4)]
     pub max_in_flight: i32,
     /// Attempts per second cap for this endpoint.
-    #[arg(long)]
+    #[arg(long, env = "HOOKLINE_SUBSCRIPTION_RATE_LIMIT_PER_S")]
     pub rate_limit_per_s: Option<f64>,
-    /// Create or leave the subscription disabled.
-    #[arg(long)]
+    /// Set the enabled state. Without it a new subscription is enabled and an
+    /// existing one keeps its state (`subscriptions enable|disable` flip it alone).
+    #[arg(long, env = "HOOKLINE_SUBSCRIPTION_ENABLED", value_name = "true|false")]
+    pub enabled: Option<bool>,
+    /// Same as `--enabled false`.
+    #[arg(long, conflicts_with = "enabled")]
     pub disabled: bool,
     /// Accept `http://` URLs (development only; the dispatcher's egress policy
     /// must allow them too).
-    #[arg(long)]
+    #[arg(long, env = "HOOKLINE_SUBSCRIPTION_ALLOW_HTTP")]
     pub allow_http: bool,
 }
 
@@ -109,19 +162,16 @@ pub struct SubscriptionSpec {
     pub event_types: Vec<String>,
     /// Secret name.
     pub secret_ref: String,
-    /// Enabled unless false.
-    #[serde(default = "yes")]
-    pub enabled: bool,
+    /// `false` pauses it. Absent: a new subscription is enabled, an existing
+    /// one keeps its state.
+    #[serde(default)]
+    pub enabled: Option<bool>,
     /// Concurrency cap.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: i32,
     /// Rate cap.
     #[serde(default)]
     pub rate_limit_per_s: Option<f64>,
-}
-
-fn yes() -> bool {
-    true
 }
 
 fn default_max_in_flight() -> i32 {
@@ -169,7 +219,11 @@ impl PutArgs {
             url: self.url.clone().unwrap_or_default(),
             event_types: self.event_types.clone(),
             secret_ref: self.secret_ref.clone().unwrap_or_default(),
-            enabled: !self.disabled,
+            enabled: if self.disabled {
+                Some(false)
+            } else {
+                self.enabled
+            },
             max_in_flight: self.max_in_flight,
             rate_limit_per_s: self.rate_limit_per_s,
         }])
@@ -186,7 +240,11 @@ pub fn read_specs(path: &PathBuf) -> Result<Vec<SubscriptionSpec>, CliError> {
     let parsed: OneOrMany = serde_saphyr::from_str(&text).map_err(|e| CliError::File {
         path: path.clone(),
         why: format!(
-            "not a subscription or a list of subscriptions: {}",
+            "not a subscription or a list of subscriptions: {}{}",
+            e.location()
+                .and_then(|at| item_at(&text, at.line()))
+                .map(|(i, n)| format!("in item {i} of {n}: "))
+                .unwrap_or_default(),
             yaml_error(&e, &path.display().to_string())
         ),
     })?;
@@ -223,6 +281,20 @@ impl<'de> Deserialize<'de> for OneOrMany {
         }
         d.deserialize_any(OneOrManyVisitor)
     }
+}
+
+/// Which item of a block-style YAML list (`- ` at column 1) holds 1-based
+/// `line`, and how many items there are: `(item, of)`, both 1-based. `None`
+/// for a single mapping or a flow-style (`[...]`, JSON) list.
+fn item_at(text: &str, line: u64) -> Option<(usize, usize)> {
+    let starts: Vec<u64> = text
+        .lines()
+        .zip(1..)
+        .filter(|(l, _)| *l == "-" || l.starts_with("- "))
+        .map(|(_, n)| n)
+        .collect();
+    let item = starts.iter().filter(|&&n| n <= line).count();
+    (item > 0).then_some((item, starts.len()))
 }
 
 /// `message at line L, column C`, then, when the parser kept them, the lines around
@@ -346,9 +418,19 @@ pub async fn run(
     match cmd {
         SubscriptionsCmd::Put(args) => {
             let specs = args.specs()?;
+            let from_file = args.file.is_some() && specs.len() > 1;
             let mut problems: Vec<String> = specs
                 .iter()
-                .flat_map(|s| validate(s, args.allow_http))
+                .enumerate()
+                .flat_map(|(i, s)| {
+                    let item = from_file.then(|| format!("item {} of {}, ", i + 1, specs.len()));
+                    validate(s, args.allow_http)
+                        .into_iter()
+                        .map(move |p| match &item {
+                            Some(item) => format!("  {item}{}", p.trim_start()),
+                            None => p,
+                        })
+                })
                 .collect();
             let mut seen = std::collections::HashSet::new();
             for s in &specs {
@@ -366,22 +448,45 @@ pub async fn run(
             let producer = producer(common)?;
             let now = epoch::millis(SystemTime::now());
             for spec in specs {
-                let version = table
-                    .get(&spec.subscription_id)
-                    .map_or(1, |held| held.record.version + 1);
+                let held = table.get(&spec.subscription_id);
+                let version = held.as_ref().map_or(1, |held| held.record.version + 1);
+                // Never flipped unless asked: absent means "as it is" (new: enabled).
+                let was = held.as_ref().map(|h| h.record.enabled);
+                let enabled = spec.enabled.or(was).unwrap_or(true);
+                let kept = match (spec.enabled, was) {
+                    (None, Some(false)) => " (kept disabled; --enabled true enables it)",
+                    _ => "",
+                };
                 let record = Subscription {
                     subscription_id: spec.subscription_id,
                     tenant_id: spec.tenant_id,
                     url: spec.url,
                     event_types: spec.event_types,
                     secret_ref: spec.secret_ref,
-                    enabled: spec.enabled,
+                    enabled,
                     max_in_flight: spec.max_in_flight,
                     rate_limit_per_s: spec.rate_limit_per_s,
+                    // Kept with the state it explains; set or cleared with it.
                     disabled_reason: None,
                     disabled_at: None,
                     version,
                     updated_at: now,
+                };
+                let record = match (&held, spec.enabled) {
+                    // Still disabled: why and since when stay as they were.
+                    (Some(h), None | Some(false)) if !h.record.enabled => Subscription {
+                        disabled_reason: h.record.disabled_reason.clone(),
+                        disabled_at: h.record.disabled_at,
+                        ..record
+                    },
+                    (_, Some(false)) => Subscription {
+                        disabled_reason: Some(
+                            subscriptions::DisabledReason::Operator.as_str().to_owned(),
+                        ),
+                        disabled_at: Some(now),
+                        ..record
+                    },
+                    _ => record,
                 };
                 write(
                     &producer,
@@ -390,9 +495,22 @@ pub async fn run(
                     Some(&encode(&record)),
                 )
                 .await?;
-                writeln!(out, "put {} version {version}", record.subscription_id)?;
+                writeln!(
+                    out,
+                    "put {} version {version}{kept}",
+                    record.subscription_id
+                )?;
             }
         }
+        SubscriptionsCmd::Get { id } => {
+            let table = subscriptions::load_snapshot(common, topic, CLI_TIMEOUT).await?;
+            let held = table.get(&id).ok_or(CliError::NotFound(id))?;
+            let text = serde_json::to_string_pretty(&held.record)
+                .map_err(|e| std::io::Error::other(e.to_string()))?;
+            writeln!(out, "{text}")?;
+        }
+        SubscriptionsCmd::Enable { id } => set_enabled(common, topic, &id, true, out).await?,
+        SubscriptionsCmd::Disable { id } => set_enabled(common, topic, &id, false, out).await?,
         SubscriptionsCmd::Delete { id } => {
             let table = subscriptions::load_snapshot(common, topic, CLI_TIMEOUT).await?;
             if table.get(&id).is_none() {
@@ -420,6 +538,40 @@ pub async fn run(
             }
         }
     }
+    Ok(())
+}
+
+/// Rewrites `id`'s latest record with `enabled` and the next version, leaving
+/// every other field as it is; says so and writes nothing when it already is.
+async fn set_enabled(
+    common: &CommonArgs,
+    topic: &str,
+    id: &str,
+    enabled: bool,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let table = subscriptions::load_snapshot(common, topic, CLI_TIMEOUT).await?;
+    let held = table
+        .get(id)
+        .ok_or_else(|| CliError::NotFound(id.to_owned()))?;
+    let state = if enabled { "enabled" } else { "disabled" };
+    if held.record.enabled == enabled {
+        writeln!(
+            out,
+            "{id} is already {state} (version {}); nothing written",
+            held.record.version
+        )?;
+        return Ok(());
+    }
+    // disable records who and when (`operator`, now); enable clears both.
+    let now = epoch::millis(SystemTime::now());
+    let record = if enabled {
+        subscriptions::enabled(&held.record, now)
+    } else {
+        subscriptions::disabled(&held.record, subscriptions::DisabledReason::Operator, now)
+    };
+    write(&producer(common)?, topic, id, Some(&encode(&record))).await?;
+    writeln!(out, "{state} {id} version {}", record.version)?;
     Ok(())
 }
 
@@ -475,11 +627,13 @@ fn print_table(
 }
 
 fn producer(common: &CommonArgs) -> Result<FutureProducer, CliError> {
-    Ok(kafka::client_config(common, "hookline-subscriptions-cli")?
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .create()
-        .map_err(|e| hookline_runtime::RuntimeError::kafka("creating the producer", e))?)
+    Ok(
+        kafka::producer_config(common, "hookline-subscriptions-cli")?
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .create()
+            .map_err(|e| hookline_runtime::RuntimeError::kafka("creating the producer", e))?,
+    )
 }
 
 async fn write(
@@ -529,7 +683,7 @@ mod tests {
             url: "https://hooks.acme.example/in".into(),
             event_types: vec!["invoice.*".into()],
             secret_ref: "acme-hooks".into(),
-            enabled: true,
+            enabled: None,
             max_in_flight: 1,
             rate_limit_per_s: None,
         }
@@ -624,7 +778,7 @@ mod tests {
         .unwrap();
         let specs = read_specs(&one).unwrap();
         assert_eq!(specs.len(), 1);
-        assert!(specs[0].enabled);
+        assert_eq!(specs[0].enabled, None);
         let many = dir.path().join("many.yaml");
         std::fs::write(
             &many,
@@ -634,10 +788,35 @@ mod tests {
         let specs = read_specs(&many).unwrap();
         assert_eq!(specs.len(), 2);
         assert_eq!(specs[0].max_in_flight, 2);
-        assert!(!specs[1].enabled);
+        assert_eq!(specs[1].enabled, Some(false));
         let typo = dir.path().join("typo.yaml");
         std::fs::write(&typo, "subscription_id: s1\ntennant_id: acme\n").unwrap();
         assert!(matches!(read_specs(&typo), Err(CliError::File { .. })));
+    }
+
+    /// The README's example file parses and validates, so the documented
+    /// format cannot drift from the parser.
+    #[test]
+    fn the_example_file_is_valid() {
+        let path = PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/dev/subscriptions.example.yaml"
+        ));
+        let specs = read_specs(&path).unwrap();
+        assert!(specs.len() >= 2, "{specs:?}");
+        for spec in &specs {
+            assert_eq!(validate(spec, true), Vec::<String>::new(), "{spec:?}");
+        }
+        assert!(specs.iter().any(|s| s.enabled == Some(false)));
+        assert!(specs.iter().any(|s| s.rate_limit_per_s.is_some()));
+    }
+
+    #[test]
+    fn items_of_a_block_list_are_counted() {
+        let text = "# c\n- a: 1\n  b: 2\n- a: 3\n";
+        assert_eq!(item_at(text, 3), Some((1, 2)));
+        assert_eq!(item_at(text, 4), Some((2, 2)));
+        assert_eq!(item_at("a: 1\n", 1), None);
     }
 
     /// Every parse error says where: line and column, the file, and the line itself.
@@ -655,12 +834,12 @@ mod tests {
             (
                 "type.yaml",
                 format!("- subscription_id: s1\n{good}  max_in_flight: lots\n"),
-                &["line 6, column 18", "type.yaml:6:18", "max_in_flight: lots"],
+                &["in item 1 of 1: ", "line 6, column 18", "type.yaml:6:18", "max_in_flight: lots"],
             ),
             (
                 "missing.yaml",
                 format!("- subscription_id: s1\n{good}- subscription_id: s2\n  tenant_id: acme\n"),
-                &["missing field `url`", "line 7, column 3", "missing.yaml:7:3"],
+                &["in item 2 of 2: ", "missing field `url`", "line 7, column 3", "missing.yaml:7:3"],
             ),
             (
                 "twice.yaml",

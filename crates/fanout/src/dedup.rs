@@ -140,7 +140,7 @@ pub(crate) fn rebuild(common: &CommonArgs, spec: &RebuildSpec) -> Result<Rebuilt
     let client_id = "hookline-fanout-dedup-rebuild";
     // librdkafka wants a group.id even for assign(); this reader never joins or
     // commits to it.
-    let consumer: BaseConsumer = kafka::client_config(common, client_id)?
+    let consumer: BaseConsumer = kafka::consumer_config(common, client_id)?
         .set("group.id", client_id)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")

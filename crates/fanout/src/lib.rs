@@ -7,6 +7,7 @@
 pub mod cli;
 pub mod config;
 mod dedup;
+pub mod events_cli;
 mod metrics;
 mod service;
 pub mod transform;
@@ -38,7 +39,13 @@ pub enum FanoutError {
 /// then the consumer leaves its group.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), FanoutError> {
     let topics = Topics::with_prefix(&config.common.topic_prefix)?;
-    let ops = Ops::start(config.common.http_addr, STAGE).await?;
+    let ops = Ops::start(
+        config
+            .common
+            .http_addr_or(hookline_runtime::config::default_port::FANOUT),
+        STAGE,
+    )
+    .await?;
     metrics::describe();
     ops.health.set_ready(
         STAGE,
@@ -71,7 +78,16 @@ async fn run_stage(
         topics.deliveries(),
         topics.quarantine(),
     ];
-    if !topic_check::wait_for_topics(&config.common, &needed, &ops.health, STAGE, shutdown).await? {
+    if !topic_check::wait_for_topics(
+        &config.common,
+        &needed,
+        &topic_check::topics_hint(&config.common),
+        &ops.health,
+        STAGE,
+        shutdown,
+    )
+    .await?
+    {
         return Ok(());
     }
     subscriptions::run_with_table(

@@ -1,5 +1,7 @@
 //! `hookline-fanout`: parses flags and environment, sets up logging, and runs
-//! the service or a `subscriptions`, `topics` or `acls` subcommand.
+//! the service or a `subscriptions`, `topics`, `events` or `acls` subcommand.
+
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use hookline_fanout::cli::SubscriptionsCmd;
@@ -21,14 +23,25 @@ enum Command {
     Subscriptions(SubscriptionsCmd),
     /// Create or correct every hookline topic (previews unless --execute).
     Topics(hookline_runtime::provision::TopicsArgs),
+    /// Publish a sample domain event (for a first try; no kcat needed).
+    #[command(subcommand)]
+    Events(hookline_fanout::events_cli::EventsCmd),
     /// Print the least-privilege ACLs of every stage and command (a table, or
     /// kafka-acls.sh command lines with --format kafka-acls).
     Acls(hookline_runtime::acls::AclsArgs),
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+async fn main() -> ExitCode {
+    // Errors print as one `Error: ` line of their Display chain, never as
+    // anyhow's Debug form (which adds a backtrace under RUST_BACKTRACE=1).
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => hookline_runtime::report_error(e.as_ref()),
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     let common = &cli.config.common;
     match cli.command {
         Some(Command::Subscriptions(cmd)) => {
@@ -36,6 +49,11 @@ async fn main() -> anyhow::Result<()> {
             hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
             let mut stdout = std::io::stdout().lock();
             hookline_fanout::cli::run(common, cmd, &mut stdout).await?;
+        }
+        Some(Command::Events(cmd)) => {
+            hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
+            let mut stdout = std::io::stdout().lock();
+            hookline_fanout::events_cli::run(common, cmd, &mut stdout).await?;
         }
         Some(Command::Topics(args)) => {
             hookline_runtime::telemetry::init_logging("warn", common.log_format)?;

@@ -231,6 +231,31 @@ fn the_binary_previews_by_default_and_exits_non_zero_on_refusal() {
     assert!(stderr.contains("refusing to change topics"), "{stderr}");
 }
 
+/// A failing command prints `Error: ` and the Display chain, and no
+/// backtrace even under `RUST_BACKTRACE=1` (anyhow's Debug form printed one).
+#[test]
+fn errors_print_one_display_chain_and_no_backtrace() {
+    let out = Command::new(env!("CARGO_BIN_EXE_hookline-fanout"))
+        .args([
+            "topics",
+            "--replication-factor",
+            "1",
+            "--set",
+            "nope:partitions=1",
+        ])
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("running hookline-fanout");
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("Error: invalid topic settings"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unknown topic `nope`"), "{stderr}");
+    assert!(!stderr.to_lowercase().contains("backtrace"), "{stderr}");
+}
+
 #[tokio::test]
 async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
     use hookline_runtime::{health::Health, topic_check};
@@ -266,7 +291,12 @@ async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
         let wanted: Vec<String> = wanted.iter().map(|t| (*t).to_owned()).collect();
         tokio::spawn(async move {
             let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
-            topic_check::wait_for_topics(&common, &wanted, &health, "test", &stop).await
+            // The command quoted is the one given (the dispatcher passes its ladder).
+            let fix = provision::spec::topics_command(
+                &common,
+                &[("fast".to_owned(), Duration::from_secs(5))],
+            );
+            topic_check::wait_for_topics(&common, &wanted, &fix, &health, "test", &stop).await
         })
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -275,6 +305,12 @@ async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
         if verdict.detail.contains("wrong topic settings") {
             assert!(!verdict.ok);
             assert!(verdict.detail.contains("must be `compact`"), "{verdict:?}");
+            assert!(
+                verdict
+                    .detail
+                    .contains("topics --execute --retry-tiers fast=5s`"),
+                "{verdict:?}"
+            );
             break;
         }
         assert!(std::time::Instant::now() < deadline, "{verdict:?}");
@@ -291,4 +327,51 @@ async fn services_stay_unready_on_a_wrong_topic_until_it_is_fixed() {
         .unwrap();
     assert!(ready);
     stop.cancel();
+}
+
+/// The test broker has one node: without `--replication-factor`, the preview
+/// says it uses 1 and why, and `--execute` creates every topic (the default 3
+/// used to fail with InvalidReplicationFactor); an explicit 3 is refused before
+/// anything is created, naming the flag to pass.
+#[tokio::test]
+async fn a_one_broker_cluster_gets_replication_one_and_says_so() {
+    let prefix = prefix();
+    let brokers = brokers();
+    let base = [
+        "topics",
+        "--brokers",
+        &brokers,
+        "--topic-prefix",
+        &prefix,
+        "--partitions",
+        "1",
+    ];
+    let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra)).unwrap();
+
+    let cli = parse(&["--replication-factor", "3", "--execute"]);
+    let err = provision::run(&cli.common, &cli.topics, &mut Vec::new())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("--replication-factor 1"), "{err}");
+
+    let cli = parse(&["--execute"]);
+    let mut out = Vec::new();
+    let plan = provision::run(&cli.common, &cli.topics, &mut out)
+        .await
+        .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(
+        out.contains("one broker") && out.contains("replication factor 1"),
+        "{out}"
+    );
+    assert!(out.contains("replication=1"), "{out}");
+    let topics = Topics::with_prefix(&prefix).unwrap();
+    assert_eq!(plan.actions.len(), topics.all().len(), "{out}");
+    assert_eq!(
+        topic_config(topics.events(), "min.insync.replicas")
+            .await
+            .as_deref(),
+        Some("1")
+    );
 }

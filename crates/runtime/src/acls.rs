@@ -37,7 +37,8 @@ pub enum Who {
     DlqSink,
     /// `hookline-fanout topics --execute`.
     Topics,
-    /// `hookline-fanout subscriptions put|delete`.
+    /// `hookline-fanout subscriptions put|enable|disable|delete` (and `get`, `list`,
+    /// which only read).
     SubscriptionsPut,
     /// `hookline-dlq-sink replay --execute`.
     Replay,
@@ -343,42 +344,50 @@ pub enum AclFormat {
 #[derive(Debug, Clone, Args)]
 pub struct AclsArgs {
     /// Only these stages or commands (repeatable; default: all).
-    #[arg(long = "stage", value_enum)]
+    #[arg(
+        long = "stage",
+        env = "HOOKLINE_ACLS_STAGES",
+        value_delimiter = ',',
+        value_enum
+    )]
     pub stages: Vec<Who>,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = AclFormat::Table)]
+    #[arg(long, env = "HOOKLINE_ACLS_FORMAT", value_enum, default_value_t = AclFormat::Table)]
     pub format: AclFormat,
     /// The principal of a stage or command, e.g. `fanout=User:fanout`
-    /// (repeatable; default `User:hookline-<name>`).
-    #[arg(long = "principal", value_name = "NAME=PRINCIPAL", value_parser = parse_principal)]
+    /// (repeatable, `;`-separated in the environment; default
+    /// `User:hookline-<name>`).
+    #[arg(long = "principal", env = "HOOKLINE_ACLS_PRINCIPALS", value_delimiter = ';',
+          value_name = "NAME=PRINCIPAL", value_parser = parse_principal)]
     pub principals: Vec<(Who, String)>,
-    /// The fanout's consumer group, if not the default.
-    #[arg(long, default_value = FANOUT_GROUP)]
+    /// The fanout's consumer group, if not the default (the fanout's own variable).
+    #[arg(long, env = "HOOKLINE_FANOUT_GROUP", default_value = FANOUT_GROUP)]
     pub fanout_group: String,
-    /// The dispatcher's consumer group, if not the default.
-    #[arg(long, default_value = DISPATCHER_GROUP)]
+    /// The dispatcher's consumer group, if not the default (its own variable).
+    #[arg(long, env = "HOOKLINE_DISPATCHER_GROUP", default_value = DISPATCHER_GROUP)]
     pub dispatcher_group: String,
-    /// The DLQ sink's consumer group, if not the default.
-    #[arg(long, default_value = DLQ_SINK_GROUP)]
+    /// The DLQ sink's consumer group, if not the default (its own variable).
+    #[arg(long, env = "HOOKLINE_DLQ_SINK_GROUP", default_value = DLQ_SINK_GROUP)]
     pub dlq_sink_group: String,
     /// The fanout's transactional id prefix (default: `<fanout group>-`, the
     /// prefix of its default transactional ids).
-    #[arg(long)]
+    #[arg(long, env = "HOOKLINE_ACLS_FANOUT_TRANSACTIONAL_PREFIX")]
     pub fanout_transactional_prefix: Option<String>,
     /// The dispatcher's transactional id prefix (default: `<dispatcher group>-`).
-    #[arg(long)]
+    #[arg(long, env = "HOOKLINE_ACLS_DISPATCHER_TRANSACTIONAL_PREFIX")]
     pub dispatcher_transactional_prefix: Option<String>,
     /// The retry tiers' names, as the dispatcher's `--retry-tiers` (NAME or
     /// NAME=DELAY, comma-separated; default: the standard ladder).
     #[arg(
         long = "retry-tiers",
+        env = "HOOKLINE_RETRY_TIERS",
         value_delimiter = ',',
         value_name = "NAME[=DELAY]"
     )]
     pub retry_tiers: Vec<String>,
     /// `--command-config` of the printed kafka-acls.sh lines (the admin's
     /// client properties); left out when unset.
-    #[arg(long)]
+    #[arg(long, env = "HOOKLINE_ACLS_COMMAND_CONFIG")]
     pub command_config: Option<String>,
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::{config::CommonArgs, RuntimeError};
+use crate::{config::CommonArgs, passthrough::ClientKind, RuntimeError};
 use hookline_envelope::{QuarantinedHeader, SourceRecord};
 use rdkafka::{
     consumer::ConsumerContext,
@@ -42,14 +42,35 @@ impl ConsumerContext for QuietContext {}
 /// The `partition.assignment.strategy` of every hookline group consumer.
 pub const ASSIGNMENT_STRATEGY: &str = "cooperative-sticky";
 
-/// A base client configuration for `client_id`, with bootstrap servers and the
-/// operator's passthrough applied; the caller adds its own settings on top.
+/// A base configuration of an admin or metadata-only client for `client_id`,
+/// with bootstrap servers and the passthrough every client takes (librdkafka's
+/// `*` properties); the caller adds its own settings on top.
 pub fn client_config(common: &CommonArgs, client_id: &str) -> Result<ClientConfig, RuntimeError> {
+    client_config_for(common, client_id, ClientKind::Other)
+}
+
+/// A base consumer configuration: [`client_config`] plus the consumer-only
+/// passthrough (`-X` properties of scope `C`, then `--consumer-X`).
+pub fn consumer_config(common: &CommonArgs, client_id: &str) -> Result<ClientConfig, RuntimeError> {
+    client_config_for(common, client_id, ClientKind::Consumer)
+}
+
+/// A base producer configuration: [`client_config`] plus the producer-only
+/// passthrough (`-X` properties of scope `P`, then `--producer-X`).
+pub fn producer_config(common: &CommonArgs, client_id: &str) -> Result<ClientConfig, RuntimeError> {
+    client_config_for(common, client_id, ClientKind::Producer)
+}
+
+fn client_config_for(
+    common: &CommonArgs,
+    client_id: &str,
+    kind: ClientKind,
+) -> Result<ClientConfig, RuntimeError> {
     let mut config = ClientConfig::new();
     config
         .set("bootstrap.servers", &common.brokers)
         .set("client.id", client_id);
-    for (key, value) in common.kafka_overrides()? {
+    for (key, value) in common.kafka_overrides_for(kind)? {
         config.set(key, value);
     }
     Ok(config)
@@ -90,7 +111,7 @@ pub const DEFAULT_MAX_POLL_INTERVAL: Duration = Duration::from_secs(300);
 /// that blocks, say) leaves its group.
 pub fn max_poll_interval(common: &CommonArgs) -> Result<Duration, RuntimeError> {
     let set = common
-        .kafka_overrides()?
+        .kafka_overrides_for(ClientKind::Consumer)?
         .into_iter()
         .rev()
         .find(|(key, _)| key == "max.poll.interval.ms");
@@ -128,7 +149,7 @@ pub fn group_config(
         Some(m) => format!("{client_id}-{m}"),
         None => client_id.to_owned(),
     };
-    let mut config = client_config(common, &client_id)?;
+    let mut config = consumer_config(common, &client_id)?;
     let session = common.group_session_timeout;
     let heartbeat = (session / 10).max(Duration::from_millis(100));
     config
@@ -149,7 +170,7 @@ pub fn group_config(
 /// Checks the group flags and refuses `-X` entries for the settings
 /// [`group_config`] owns.
 pub fn check_group_flags(common: &CommonArgs) -> Result<(), RuntimeError> {
-    for (key, _) in common.kafka_overrides()? {
+    for (key, _) in common.kafka_overrides_for(ClientKind::Consumer)? {
         if let Some((_, instead)) = OWNED_GROUP_SETTINGS.iter().find(|(k, _)| *k == key) {
             return Err(RuntimeError::OwnedSetting { key, instead });
         }

@@ -79,13 +79,25 @@ pub async fn wrong_topics(
     Ok(wrong)
 }
 
+/// The command that creates a stage's topics when that stage does not consume
+/// the retry tiers (fanout, dlq-sink) and so does not know the ladder.
+pub fn topics_hint(common: &CommonArgs) -> String {
+    format!(
+        "{} (with the dispatcher's --retry-tiers if it is not the default ladder)",
+        provision::spec::topics_command(common, &provision::spec::default_tiers())
+    )
+}
+
 /// Waits until every topic in `wanted` exists with settings that cannot lose
 /// data, keeping the service unready with a message naming the missing or
 /// wrong ones. Returns `false` if `stop` fired first. When the settings cannot
 /// be read (no DescribeConfigs permission), that is logged and not fatal.
+/// `fix` is the command that creates or corrects them (see
+/// [`provision::spec::topics_command`]), quoted in the message.
 pub async fn wait_for_topics(
     common: &CommonArgs,
     wanted: &[&str],
+    fix: &str,
     health: &Health,
     stage: &'static str,
     stop: &CancellationToken,
@@ -99,7 +111,7 @@ pub async fn wait_for_topics(
                     return Ok(true);
                 }
                 Ok(wrong) => format!(
-                    "wrong topic settings: {} (fix them with `hookline-fanout topics --execute`)",
+                    "wrong topic settings: {} (fix them with `{fix}`)",
                     wrong.join("; ")
                 ),
                 Err(e) => {
@@ -109,7 +121,7 @@ pub async fn wait_for_topics(
                 }
             },
             Ok(missing) => format!(
-                "missing topics: {} (create them with `hookline-fanout topics --execute`)",
+                "missing topics: {} (create them with `{fix}`)",
                 missing.join(", ")
             ),
             Err(e) => format!("cannot check topics: {e}"),

@@ -329,7 +329,7 @@ def test_the_dispatcher_follows_the_ladder_the_topic_hook_creates(rendered):
     (job,) = kinds(docs, "Job")
     (c,) = job["spec"]["template"]["spec"]["containers"]
     job_env = {e["name"]: e["value"] for e in c["env"]}
-    assert job_env["HOOKLINE_TOPICS_RETRY_TIERS"] == CUSTOM_LADDER
+    assert job_env["HOOKLINE_RETRY_TIERS"] == CUSTOM_LADDER
     # The same values through Strimzi: exactly these tier topics, no default one.
     docs = render("retry-ladder", KUBE_DEFAULT, "--set", "topics.provision.enabled=false",
                   "--set", "topics.strimzi.enabled=true", "--set", "topics.strimzi.cluster=k")
@@ -351,7 +351,7 @@ def test_dispatcher_and_topics_share_one_ladder(values, rendered):
     assert env["HOOKLINE_RETRY_JITTER"] == policy["jitter"]
     for job in kinds(docs, "Job"):
         (c,) = job["spec"]["template"]["spec"]["containers"]
-        assert {e["name"]: e["value"] for e in c["env"]}["HOOKLINE_TOPICS_RETRY_TIERS"] == ladder
+        assert {e["name"]: e["value"] for e in c["env"]}["HOOKLINE_RETRY_TIERS"] == ladder
 
 
 def test_a_ladder_the_dispatcher_would_refuse_fails_rendering():
@@ -505,7 +505,7 @@ def test_topics_hook_runs_the_provisioning_command_before_install_and_upgrade(va
     assert env["HOOKLINE_TOPICS_EXECUTE"] == "true"
     assert env["HOOKLINE_TOPICS_ALLOW_PARTITION_INCREASE"] == "false"
     assert env["HOOKLINE_TOPIC_PREFIX"] == v["topics"]["prefix"]
-    assert env["HOOKLINE_TOPICS_RETRY_TIERS"] == ",".join(f"{t['name']}={t['delay']}" for t in v["topics"]["retryTiers"])
+    assert env["HOOKLINE_RETRY_TIERS"] == ",".join(f"{t['name']}={t['delay']}" for t in v["topics"]["retryTiers"])
     assert not re.search(r"e\+\d", json.dumps(env)), "numbers must not render in float notation"
     for topic, settings in v["topics"]["perTopic"].items():
         for key, value in settings.items():

@@ -193,7 +193,7 @@ impl Transactor {
 }
 
 async fn create(common: &CommonArgs, spec: &TxnSpec) -> Result<FutureProducer, RuntimeError> {
-    let producer: FutureProducer = super::client_config(common, spec.client_id)?
+    let producer: FutureProducer = super::producer_config(common, spec.client_id)?
         .set("transactional.id", &spec.transactional_id)
         .set("enable.idempotence", "true")
         .set("acks", "all")

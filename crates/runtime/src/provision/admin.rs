@@ -107,20 +107,30 @@ impl Admin {
         Ok(observed)
     }
 
-    /// `(partitions, replication)` of those of `names` that exist.
-    async fn partitions(
-        &self,
-        names: &[&str],
-    ) -> Result<BTreeMap<String, (i32, i32)>, ProvisionError> {
+    /// The cluster's metadata (all topics).
+    async fn metadata(&self) -> Result<rdkafka::metadata::Metadata, ProvisionError> {
         let consumer: BaseConsumer = self
             .config
             .create()
             .map_err(|e| kafka("creating the metadata client", e))?;
         let timeout = self.timeout;
-        let metadata = tokio::task::spawn_blocking(move || consumer.fetch_metadata(None, timeout))
+        tokio::task::spawn_blocking(move || consumer.fetch_metadata(None, timeout))
             .await
             .map_err(|e| kafka(format!("metadata task failed: {e}"), KafkaError::Canceled))?
-            .map_err(|e| kafka("reading cluster metadata", e))?;
+            .map_err(|e| kafka("reading cluster metadata", e))
+    }
+
+    /// How many brokers the cluster's metadata lists.
+    pub async fn brokers(&self) -> Result<usize, ProvisionError> {
+        Ok(self.metadata().await?.brokers().len())
+    }
+
+    /// `(partitions, replication)` of those of `names` that exist.
+    async fn partitions(
+        &self,
+        names: &[&str],
+    ) -> Result<BTreeMap<String, (i32, i32)>, ProvisionError> {
+        let metadata = self.metadata().await?;
         Ok(metadata
             .topics()
             .iter()

@@ -8,7 +8,7 @@ use clap::Args;
 use super::{
     admin::Admin,
     plan::{plan, PlanOptions},
-    spec::{default_tiers, desired, parse_override, parse_tier, Settings},
+    spec::{desired, parse_override, LadderArgs, Settings},
     Plan, ProvisionError,
 };
 use crate::{
@@ -34,10 +34,17 @@ pub struct TopicsArgs {
           value_parser = clap::value_parser!(i32).range(1..))]
     pub partitions: i32,
 
-    /// Replication factor of every topic.
-    #[arg(long, env = "HOOKLINE_TOPICS_REPLICATION_FACTOR", default_value_t = 3,
-          value_parser = clap::value_parser!(i32).range(1..))]
-    pub replication_factor: i32,
+    /// Replication factor of every topic (default 3, min.insync.replicas 2; 1
+    /// and 1 on a one-broker cluster, said in the preview). A cluster with
+    /// fewer brokers than this is refused before anything is planned.
+    #[arg(long, env = "HOOKLINE_TOPICS_REPLICATION_FACTOR",
+          value_parser = clap::value_parser!(i32).range(1..), conflicts_with = "dev")]
+    pub replication_factor: Option<i32>,
+
+    /// A development cluster (`make kafka-up`): replication factor 1 and
+    /// min.insync.replicas 1, so no copy survives the loss of a broker.
+    #[arg(long, env = "HOOKLINE_TOPICS_DEV")]
+    pub dev: bool,
 
     /// Retention of every topic except the compacted `subscriptions`; at least
     /// 7d (per topic: `--set deliveries.dlq:retention=30d`).
@@ -54,11 +61,9 @@ pub struct TopicsArgs {
     )]
     pub max_message_bytes: u64,
 
-    /// The retry ladder as NAME=DELAY, in order (default: the standard ladder
-    /// retry-10s, retry-1m, retry-15m, retry-2h). Must match the dispatcher's.
-    #[arg(long = "retry-tier", env = "HOOKLINE_TOPICS_RETRY_TIERS",
-          value_delimiter = ',', value_parser = parse_tier, value_name = "NAME=DELAY")]
-    pub retry_tiers: Vec<(String, Duration)>,
+    /// The retry ladder (the dispatcher's flag and variable).
+    #[command(flatten)]
+    pub ladder: LadderArgs,
 
     /// Per-topic setting, repeatable: TOPIC:KEY=VALUE with TOPIC unprefixed
     /// (`events`, `deliveries.retry-2h`, ...) and KEY `partitions`,
@@ -75,17 +80,14 @@ pub struct TopicsArgs {
 }
 
 impl TopicsArgs {
-    /// The settings these flags describe, with the topic prefix from `common`.
-    pub fn settings(&self, common: &CommonArgs) -> Settings {
+    /// The settings these flags describe, with the topic prefix from `common`
+    /// and the replication factor [`replication`] chose.
+    pub fn settings(&self, common: &CommonArgs, replication: i32) -> Settings {
         Settings {
             prefix: common.topic_prefix.clone(),
-            tiers: if self.retry_tiers.is_empty() {
-                default_tiers()
-            } else {
-                self.retry_tiers.clone()
-            },
+            tiers: self.ladder.tiers(),
             partitions: self.partitions,
-            replication: self.replication_factor,
+            replication,
             retention: self.retention,
             max_message_bytes: self.max_message_bytes,
             overrides: self.set.clone(),
@@ -100,8 +102,17 @@ pub async fn run(
     args: &TopicsArgs,
     out: &mut impl Write,
 ) -> Result<Plan, ProvisionError> {
-    let specs = desired(&args.settings(common))?;
+    // Bad settings are refused before connecting (the replication factor is
+    // checked against the cluster below, once its broker count is known).
+    desired(&args.settings(common, args.replication_factor.unwrap_or(1)))?;
     let admin = Admin::new(client_config(common, "hookline-topics")?, args.timeout)?;
+    let brokers = admin.brokers().await?;
+    let (replication, said) = replication(args, brokers)?;
+    let specs = desired(&args.settings(common, replication))?;
+    too_few_brokers(&specs, brokers)?;
+    if let Some(said) = said {
+        writeln!(out, "! note     {said}")?;
+    }
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     let observed = admin.observe(&names).await?;
     let plan = plan(
@@ -133,6 +144,61 @@ pub async fn run(
         )?;
     }
     Ok(plan)
+}
+
+/// The replication factor of every topic, and what to say about it: `--dev`
+/// or a one-broker cluster gives 1 (said, since no copy then survives a broker
+/// loss); an explicit `--replication-factor` is kept; else 3, refused when the
+/// cluster has fewer brokers, naming what to pass.
+pub fn replication(
+    args: &TopicsArgs,
+    brokers: usize,
+) -> Result<(i32, Option<String>), ProvisionError> {
+    const DEFAULT: i32 = 3;
+    let dev = "replication factor 1, min.insync.replicas 1: no copy survives a broker loss \
+               (development only)";
+    if args.dev {
+        return Ok((1, Some(format!("--dev: {dev}"))));
+    }
+    match args.replication_factor {
+        Some(r) => Ok((r, None)),
+        None if brokers == 1 => Ok((
+            1,
+            Some(format!(
+                "the cluster has one broker: {dev}; pass --replication-factor to choose"
+            )),
+        )),
+        None if (brokers as i32) < DEFAULT => Err(ProvisionError::Refused(vec![format!(
+            "the cluster has {brokers} brokers, fewer than the default replication factor \
+             {DEFAULT}: pass --replication-factor {brokers} (or --dev for a development cluster)"
+        )])),
+        None => Ok((DEFAULT, None)),
+    }
+}
+
+/// Refuses specs whose replication factor the cluster's `brokers` cannot
+/// hold (CreateTopics would fail with InvalidReplicationFactor), naming the fix.
+pub fn too_few_brokers(specs: &[super::TopicSpec], brokers: usize) -> Result<(), ProvisionError> {
+    let problems: Vec<String> = specs
+        .iter()
+        .filter(|s| s.replication as usize > brokers)
+        .map(|s| {
+            format!(
+                "{}: replication factor {} but the cluster has {brokers} broker{}: pass \
+                 --replication-factor {brokers} (or --dev for a development cluster), or \
+                 lower a `--set {}:replication=` override",
+                s.name,
+                s.replication,
+                if brokers == 1 { "" } else { "s" },
+                s.name,
+            )
+        })
+        .collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(ProvisionError::Refused(problems))
+    }
 }
 
 fn summary(plan: &Plan) -> String {

@@ -302,7 +302,67 @@ pub fn wrong_topic_config(topics: &Topics, topic: &str, policy: Option<&str>) ->
     wrong_policy(topic == topics.subscriptions(), policy).map(|why| format!("{topic}: {why}"))
 }
 
-/// The default ladder's tiers ([`hookline_core::DEFAULT_TIERS`]), as `--retry-tier` values.
+/// The retry ladder, one flag and one variable for every command that needs it:
+/// `hookline-fanout topics` creates the tiers, the dispatcher consumes them.
+/// Both flatten this struct, so the two cannot be configured apart.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LadderArgs {
+    /// The retry ladder as NAME=DELAY, in order, comma-separated; each tier is
+    /// the topic `deliveries.NAME`. Default:
+    /// `retry-10s=10s,retry-1m=1m,retry-15m=15m,retry-2h=2h`.
+    /// `hookline-fanout topics` and the dispatcher read the same flag and
+    /// variable: give both the same value.
+    #[arg(long = "retry-tiers", env = "HOOKLINE_RETRY_TIERS", value_delimiter = ',',
+          value_parser = parse_tier, value_name = "NAME=DELAY")]
+    pub retry_tiers: Vec<(String, Duration)>,
+}
+
+impl LadderArgs {
+    /// The tiers given, or the default ladder when none were.
+    pub fn tiers(&self) -> Vec<(String, Duration)> {
+        if self.retry_tiers.is_empty() {
+            default_tiers()
+        } else {
+            self.retry_tiers.clone()
+        }
+    }
+}
+
+/// `tiers` as a `--retry-tiers` / `HOOKLINE_RETRY_TIERS` value (`NAME=DELAY,...`),
+/// which [`parse_tier`] reads back.
+pub fn tiers_value(tiers: &[(String, Duration)]) -> String {
+    tiers
+        .iter()
+        .map(|(name, delay)| {
+            let delay = humantime::format_duration(*delay)
+                .to_string()
+                .replace(' ', "");
+            format!("{name}={delay}")
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The `hookline-fanout topics --execute` command line that creates (or
+/// corrects) the topics of `common`'s cluster and prefix with the ladder
+/// `tiers`: what a service waiting for missing topics tells the operator to run.
+/// Flags equal to their defaults are left out.
+pub fn topics_command(common: &crate::config::CommonArgs, tiers: &[(String, Duration)]) -> String {
+    let mut cmd = String::from("hookline-fanout");
+    if common.brokers != crate::config::DEFAULT_BROKERS {
+        cmd.push_str(&format!(" --brokers {}", common.brokers));
+    }
+    if !common.topic_prefix.is_empty() {
+        cmd.push_str(&format!(" --topic-prefix {}", common.topic_prefix));
+    }
+    cmd.push_str(" topics --execute");
+    if tiers != default_tiers().as_slice() {
+        cmd.push_str(&format!(" --retry-tiers {}", tiers_value(tiers)));
+    }
+    cmd
+}
+
+/// The default ladder's tiers ([`hookline_core::DEFAULT_TIERS`]), as `--retry-tiers` values.
 pub fn default_tiers() -> Vec<(String, Duration)> {
     hookline_core::DEFAULT_TIERS
         .iter()
@@ -310,7 +370,7 @@ pub fn default_tiers() -> Vec<(String, Duration)> {
         .collect()
 }
 
-/// Parses a `--retry-tier NAME=DELAY` value.
+/// Parses one `--retry-tiers` entry, `NAME=DELAY`.
 pub fn parse_tier(s: &str) -> Result<(String, Duration), String> {
     let (name, delay) = s
         .split_once('=')

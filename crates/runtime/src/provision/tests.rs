@@ -390,3 +390,87 @@ fn flag_values_parse() {
         [10, 60, 900, 7200]
     );
 }
+
+#[test]
+fn one_ladder_value_reads_back_and_names_the_command() {
+    use super::spec::{tiers_value, topics_command, LadderArgs};
+    use clap::Parser;
+    let tiers = vec![
+        ("fast".to_owned(), Duration::from_secs(5)),
+        ("slow".to_owned(), Duration::from_secs(90)),
+    ];
+    let value = tiers_value(&tiers);
+    assert_eq!(value, "fast=5s,slow=1m30s");
+    let back: Vec<_> = value.split(',').map(|t| parse_tier(t).unwrap()).collect();
+    assert_eq!(back, tiers);
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        common: crate::config::CommonArgs,
+        #[command(flatten)]
+        ladder: LadderArgs,
+    }
+    let cli =
+        Cli::try_parse_from(["x", "--topic-prefix", "dev.", "--retry-tiers", &value]).unwrap();
+    assert_eq!(cli.ladder.tiers(), tiers);
+    assert_eq!(
+        topics_command(&cli.common, &cli.ladder.tiers()),
+        "hookline-fanout --topic-prefix dev. topics --execute --retry-tiers fast=5s,slow=1m30s"
+    );
+    let cli = Cli::try_parse_from(["x", "--brokers", "k:9093"]).unwrap();
+    assert_eq!(cli.ladder.tiers(), default_tiers());
+    assert_eq!(
+        topics_command(&cli.common, &cli.ladder.tiers()),
+        "hookline-fanout --brokers k:9093 topics --execute"
+    );
+}
+
+#[test]
+fn replication_fits_the_cluster_or_is_refused_naming_the_flag() {
+    use super::cli::{replication, too_few_brokers, TopicsArgs};
+    use clap::Parser;
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        topics: TopicsArgs,
+    }
+    let args = |extra: &[&str]| {
+        Cli::try_parse_from(std::iter::once("topics").chain(extra.iter().copied()))
+            .unwrap()
+            .topics
+    };
+    // Default: 3 on three brokers, 1 (said) on one, refused on two.
+    assert_eq!(replication(&args(&[]), 3).unwrap(), (3, None));
+    let (r, said) = replication(&args(&[]), 1).unwrap();
+    assert_eq!(r, 1);
+    assert!(said.unwrap().contains("one broker"));
+    let err = replication(&args(&[]), 2).unwrap_err().to_string();
+    assert!(err.contains("--replication-factor 2"), "{err}");
+    // --dev: 1 whatever the cluster, said.
+    let (r, said) = replication(&args(&["--dev"]), 3).unwrap();
+    assert_eq!(r, 1);
+    assert!(said.unwrap().contains("--dev"));
+    assert!(Cli::try_parse_from(["topics", "--dev", "--replication-factor", "3"]).is_err());
+    // An explicit factor is kept, and refused by the spec check if too large.
+    assert_eq!(
+        replication(&args(&["--replication-factor", "3"]), 1).unwrap(),
+        (3, None)
+    );
+    let specs = desired(&settings()).unwrap();
+    let err = too_few_brokers(&specs, 1).unwrap_err().to_string();
+    assert!(
+        err.contains("--replication-factor 1") && err.contains("--dev"),
+        "{err}"
+    );
+    too_few_brokers(&specs, 3).unwrap();
+    // min.insync.replicas follows the factor: 1 with 1.
+    let one = desired(&Settings {
+        replication: 1,
+        ..settings()
+    })
+    .unwrap();
+    assert!(one
+        .iter()
+        .all(|s| s.configs.get("min.insync.replicas").map(String::as_str) == Some("1")));
+}

@@ -95,7 +95,7 @@ pub fn follow(
     let client_id = format!("hookline-{stage}-subscriptions");
     // librdkafka wants a group.id even for assign(); the reader never joins
     // or commits to it, so replicas never share or disturb one another.
-    let consumer: StreamConsumer<QuietContext> = kafka::client_config(common, &client_id)?
+    let consumer: StreamConsumer<QuietContext> = kafka::consumer_config(common, &client_id)?
         .set("group.id", &client_id)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")

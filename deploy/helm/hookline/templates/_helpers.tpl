@@ -129,8 +129,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* The retry ladder as `name=delay,...` from topics.retryTiers: the one list
-     both the dispatcher (HOOKLINE_RETRY_TIERS) and the topic hook
-     (HOOKLINE_TOPICS_RETRY_TIERS) are given, so the tiers it consumes are the
+     both the dispatcher and the topic hook are given (the same variable,
+     HOOKLINE_RETRY_TIERS, for both), so the tiers it consumes are the
      tiers that exist. Fails on a ladder the dispatcher would refuse at start. */}}
 {{- define "hookline.retryTiers" -}}
 {{- $tiers := list -}}
@@ -238,7 +238,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- join ";" $entries -}}
 {{- end -}}
 
-{{/* Environment shared by every component and the topics Job. */}}
+{{/* Environment shared by every component and the topics Job (which leaves
+     out the service-only HOOKLINE_HTTP_ADDR and HOOKLINE_LOG). */}}
 {{- define "hookline.commonEnv" -}}
 HOOKLINE_BROKERS: {{ required "kafka.bootstrapServers is required" .Values.kafka.bootstrapServers | quote }}
 HOOKLINE_TOPIC_PREFIX: {{ .Values.topics.prefix | quote }}
