@@ -19,9 +19,9 @@ use hookline_envelope::{DeadLetter, Delivery, QuarantineReason, QuarantinedEvent
 use hookline_runtime::subscriptions::DisabledReason;
 
 use crate::{
-    handoff::ParkReason,
     metrics::{self, ErrorKind},
     outcome::AttemptFacts,
+    part::ParkReason,
 };
 
 // --- attempt.rs, quarantine.rs, lib.rs -------------------------------------

@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 use crate::{
     events,
-    part::{Key, Part},
+    part::{Key, ParkReason, Part},
 };
 
 /// Writes pending per partition (quarantined records, follow-ups waiting for
@@ -99,27 +99,6 @@ pub(crate) enum Written {
         tier: String,
         reason: ParkReason,
     },
-}
-
-/// Why a delivery was parked on a tier without an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ParkReason {
-    /// Its tier released it before its due time (a long `Retry-After`).
-    NotDue,
-    /// Its subscription's circuit breaker is open.
-    BreakerOpen,
-}
-
-impl ParkReason {
-    pub(crate) const ALL: [Self; 2] = [Self::NotDue, Self::BreakerOpen];
-
-    /// The metric label.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::NotDue => "not_due",
-            Self::BreakerOpen => "breaker_open",
-        }
-    }
 }
 
 impl Handoff {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use hookline_core::{Classification, FailureKind, Outcome, Transition};
 
-use crate::handoff::ParkReason;
+use crate::part::ParkReason;
 use hookline_envelope::QuarantineReason;
 use hookline_runtime::{
     metric_names::{self as m, label},

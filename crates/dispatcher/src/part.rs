@@ -67,3 +67,24 @@ impl NoTarget {
         }
     }
 }
+
+/// Why a delivery was parked on a tier without an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ParkReason {
+    /// Its tier released it before its due time (a long `Retry-After`).
+    NotDue,
+    /// Its subscription's circuit breaker is open.
+    BreakerOpen,
+}
+
+impl ParkReason {
+    pub(crate) const ALL: [Self; 2] = [Self::NotDue, Self::BreakerOpen];
+
+    /// The metric label.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::NotDue => "not_due",
+            Self::BreakerOpen => "breaker_open",
+        }
+    }
+}

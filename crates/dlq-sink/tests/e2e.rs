@@ -1,7 +1,8 @@
 //! End to end through a real dispatcher: deliveries rejected by a failing receiver are
 //! dead-lettered and archived by the sink; a replay preview sends nothing; once the receiver
 //! is healthy, `replay --execute` from the archive gets every one of them delivered with its
-//! original `webhook-id`.
+//! original `webhook-id`. A 410 disables its subscription and the deliveries after it are kept,
+//! to be replayed once it is enabled again.
 
 #![allow(clippy::unwrap_used)]
 
@@ -31,6 +32,218 @@ struct DispatcherCli {
 
 const DELIVERIES: usize = 6;
 
+type Dispatcher = tokio::task::JoinHandle<Result<(), hookline_dispatcher::DispatcherError>>;
+
+/// A dispatcher for `env` in this process, signing with the secrets in `secrets`.
+fn start_dispatcher(env: &Env, secrets: &std::path::Path) -> (CancellationToken, Dispatcher) {
+    let group = format!("{}dispatcher", env.prefix);
+    let brokers = kafka::brokers();
+    let dispatcher_args = [
+        "hookline-dispatcher",
+        "--brokers",
+        &brokers,
+        "--topic-prefix",
+        &env.prefix,
+        "--http-addr",
+        "127.0.0.1:0",
+        "--group-id",
+        &group,
+        "--secrets-dir",
+        secrets.to_str().unwrap(),
+        "--egress-allow-http",
+        "--egress-allow-cidr",
+        "127.0.0.0/8",
+    ];
+    let config = DispatcherCli::try_parse_from(dispatcher_args)
+        .unwrap()
+        .config;
+    let stop = CancellationToken::new();
+    (
+        stop.clone(),
+        tokio::spawn(hookline_dispatcher::run(config, stop)),
+    )
+}
+
+async fn put(env: &Env, sub: &Subscription) {
+    env.producer
+        .send(
+            FutureRecord::to(env.topics.subscriptions())
+                .key(sub.subscription_id.as_bytes())
+                .payload(&encode(sub)),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(e, _)| e)
+        .unwrap();
+}
+
+fn first_attempt(sub: &Subscription, event_id: &str) -> Delivery {
+    let now = epoch::millis(SystemTime::now());
+    Delivery {
+        delivery_id: delivery_id(event_id, &sub.subscription_id),
+        payload: format!(r#"{{"event":"{event_id}"}}"#).into_bytes(),
+        event_id: event_id.into(),
+        tenant_id: sub.tenant_id.clone(),
+        subscription_id: sub.subscription_id.clone(),
+        event_type: "invoice.paid".into(),
+        occurred_at: now,
+        content_type: "application/json".into(),
+        attributes: Default::default(),
+        attempt: 0,
+        created_at: now,
+        due_at: now,
+        first_attempt_at: None,
+        last_attempt_at: None,
+        last_outcome: None,
+        policy_version: None,
+        replay_of: None,
+    }
+}
+
+/// A 410 disables the subscription; the deliveries published after it are kept
+/// (dead letters `subscription_disabled`, never attempted), a delivery of a
+/// deleted subscription is kept as `cancelled`, `inspect` counts them by reason,
+/// and once the subscription is enabled again `replay --subscription` sends each
+/// kept delivery with its own `webhook-id`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_410_disables_the_subscription_and_its_kept_deliveries_are_replayed_after_enable() {
+    const KEPT: usize = 3;
+    let env = Env::new("e2e-gone").await;
+    let receiver = Receiver::start().await.unwrap();
+    receiver.set("/gone", Behaviour::status(410));
+    let secrets = tempfile::tempdir().unwrap();
+    std::fs::write(
+        secrets.path().join("key"),
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n",
+    )
+    .unwrap();
+    let sub = Subscription {
+        subscription_id: "sub-gone".into(),
+        tenant_id: "acme".into(),
+        url: receiver.url("/gone"),
+        event_types: vec!["*".into()],
+        secret_ref: "key".into(),
+        enabled: true,
+        max_in_flight: 1,
+        rate_limit_per_s: None,
+        disabled_reason: None,
+        disabled_at: None,
+        version: 1,
+        updated_at: epoch::millis(SystemTime::now()),
+    };
+    put(&env, &sub).await;
+    let (stop_dispatcher, dispatcher) = start_dispatcher(&env, secrets.path());
+    let sink = env.start(&[]);
+    let deliveries = env.topics.deliveries().to_owned();
+    let send = |d: Delivery| {
+        let env = &env;
+        let deliveries = deliveries.clone();
+        async move {
+            env.send(&deliveries, Some(d.tenant_id.as_bytes()), &encode(&d), None)
+                .await
+        }
+    };
+
+    // The 410: dead-lettered `gone`, and the subscription written back disabled.
+    send(first_attempt(&sub, "evt-410")).await;
+    let dlq = env.topics.dlq().to_owned();
+    wait_for_archive(env.archive_dir(), Duration::from_secs(60), |got| {
+        got.iter().any(|(t, _, _)| *t == dlq)
+    })
+    .await;
+    // Published after it: kept, never attempted. And one of a deleted subscription.
+    let mut kept_ids = BTreeSet::new();
+    for n in 0..KEPT {
+        let d = first_attempt(&sub, &format!("evt-kept-{n}"));
+        kept_ids.insert(d.delivery_id.clone());
+        send(d).await;
+    }
+    let mut orphan = first_attempt(&sub, "evt-orphan");
+    orphan.subscription_id = "sub-deleted".into();
+    orphan.delivery_id = delivery_id("evt-orphan", "sub-deleted");
+    send(orphan).await;
+    wait_for_archive(env.archive_dir(), Duration::from_secs(60), |got| {
+        got.iter().filter(|(t, _, _)| *t == dlq).count() >= 2 + KEPT
+    })
+    .await;
+    assert_eq!(receiver.count(), 1, "nothing attempted after the 410");
+    let (code, stdout, stderr) = env.cli(&["inspect", "--from-archive", "--count-by", "reason"]);
+    assert_eq!(code, 0, "{stderr}");
+    for (reason, n) in [
+        ("gone", 1),
+        ("subscription_disabled", KEPT),
+        ("cancelled", 1),
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.split_whitespace().collect::<Vec<_>>() == [reason, &n.to_string()]),
+            "{reason} {n} not in:\n{stdout}"
+        );
+    }
+
+    // Enabled again (as `hookline-fanout subscriptions enable` writes it), the
+    // endpoint healthy: a new delivery arrives, so the dispatcher has the table.
+    receiver.set("/gone", Behaviour::status(204));
+    let disabled = Subscription {
+        enabled: false,
+        disabled_reason: Some("gone".into()),
+        disabled_at: Some(0),
+        version: 2,
+        ..sub.clone()
+    };
+    put(
+        &env,
+        &hookline_runtime::subscriptions::enabled(&disabled, 0),
+    )
+    .await;
+    let probe = first_attempt(&sub, "evt-after-enable");
+    let probe_id = probe.delivery_id.clone();
+    send(probe).await;
+    assert!(
+        receiver
+            .wait_until(Duration::from_secs(60), |r| r
+                .iter()
+                .any(|q| q.header("webhook-id") == probe_id))
+            .await,
+        "a delivery after enabling never arrived"
+    );
+    let seen = receiver.count();
+    let (code, stdout, stderr) = env.cli(&[
+        "replay",
+        "--from-archive",
+        "--subscription",
+        "sub-gone",
+        "--reason",
+        "subscription_disabled",
+        "--execute",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(&format!("replayed {KEPT}, failed 0")),
+        "{stdout}"
+    );
+    assert!(
+        receiver
+            .wait_until(Duration::from_secs(60), |r| r.len() >= seen + KEPT)
+            .await,
+        "{} of {KEPT} replays arrived",
+        receiver.count() - seen
+    );
+    let replayed: BTreeSet<String> = receiver.requests()[seen..]
+        .iter()
+        .map(|r| r.header("webhook-id").to_owned())
+        .collect();
+    assert_eq!(
+        replayed, kept_ids,
+        "each kept delivery, with its own webhook-id"
+    );
+
+    stop_dispatcher.cancel();
+    dispatcher.await.unwrap().unwrap();
+    sink.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id() {
     let env = Env::new("e2e-replay").await;
@@ -57,16 +270,7 @@ async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id
         version: 1,
         updated_at: epoch::millis(SystemTime::now()),
     };
-    env.producer
-        .send(
-            FutureRecord::to(env.topics.subscriptions())
-                .key(sub.subscription_id.as_bytes())
-                .payload(&encode(&sub)),
-            Duration::from_secs(10),
-        )
-        .await
-        .map_err(|(e, _)| e)
-        .unwrap();
+    put(&env, &sub).await;
     let mut ids = BTreeSet::new();
     for n in 0..DELIVERIES {
         let event_id = format!("evt-e2e-{n}");
@@ -96,27 +300,7 @@ async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id
     }
 
     // The dispatcher and the sink, in this process.
-    let dispatcher_args = [
-        "hookline-dispatcher",
-        "--brokers",
-        &kafka::brokers(),
-        "--topic-prefix",
-        &env.prefix,
-        "--http-addr",
-        "127.0.0.1:0",
-        "--group-id",
-        &format!("{}dispatcher", env.prefix),
-        "--secrets-dir",
-        secrets.path().to_str().unwrap(),
-        "--egress-allow-http",
-        "--egress-allow-cidr",
-        "127.0.0.0/8",
-    ];
-    let config = DispatcherCli::try_parse_from(dispatcher_args)
-        .unwrap()
-        .config;
-    let stop_dispatcher = CancellationToken::new();
-    let mut dispatcher = tokio::spawn(hookline_dispatcher::run(config, stop_dispatcher.clone()));
+    let (stop_dispatcher, mut dispatcher) = start_dispatcher(&env, secrets.path());
     let mut sink = env.start(&[]);
 
     // Every delivery is rejected (400), dead-lettered and archived. A stage

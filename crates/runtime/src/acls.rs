@@ -242,7 +242,7 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
                 topic(
                     t.subscriptions(),
                     vec![Read, Write, DescribeConfigs],
-                    "follows the table; writes an auto-disabled subscription",
+                    "follows the table; writes a subscription disabled (410, breaker) in its transactions",
                 ),
                 other(
                     Resource::Group(names.dispatcher_group.clone()),
@@ -253,11 +253,6 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
                     Resource::TransactionalIdPrefix(names.dispatcher_transactional_prefix.clone()),
                     vec![Write],
                     "one transactional id per replica",
-                ),
-                other(
-                    Resource::Cluster,
-                    vec![IdempotentWrite],
-                    "the idempotent subscription writer",
                 ),
             ]);
             v
@@ -615,9 +610,8 @@ mod tests {
                 ]
             );
         }
-        assert!(d.iter().any(
-            |a| a.resource == Resource::Cluster && a.operations == [Operation::IdempotentWrite]
-        ));
+        // Its writes, the disabled subscriptions too, are all transactional.
+        assert!(!d.iter().any(|a| a.resource == Resource::Cluster));
         assert!(d
             .iter()
             .any(|a| a.resource == Resource::TransactionalIdPrefix("hookline-dispatcher-".into())));

@@ -53,10 +53,10 @@ use crate::{
     config::CommitSettings,
     consumer::{Command, Consumers, FromKafka},
     events,
-    handoff::{Handoff, ParkReason, Written},
+    handoff::{Handoff, Written},
     machine::{Action, Directory, GateAction, Intake, Machine, Note},
     metrics,
-    part::{Key, NoTarget, Part},
+    part::{Key, NoTarget, ParkReason, Part},
     quarantine, DispatcherError,
 };
 
