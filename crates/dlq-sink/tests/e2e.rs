@@ -273,27 +273,7 @@ async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id
     put(&env, &sub).await;
     let mut ids = BTreeSet::new();
     for n in 0..DELIVERIES {
-        let event_id = format!("evt-e2e-{n}");
-        let now = epoch::millis(SystemTime::now());
-        let d = Delivery {
-            delivery_id: delivery_id(&event_id, &sub.subscription_id),
-            payload: format!(r#"{{"n":{n}}}"#).into_bytes(),
-            event_id,
-            tenant_id: "acme".into(),
-            subscription_id: sub.subscription_id.clone(),
-            event_type: "invoice.paid".into(),
-            occurred_at: now,
-            content_type: "application/json".into(),
-            attributes: Default::default(),
-            attempt: 0,
-            created_at: now,
-            due_at: now,
-            first_attempt_at: None,
-            last_attempt_at: None,
-            last_outcome: None,
-            policy_version: None,
-            replay_of: None,
-        };
+        let d = first_attempt(&sub, &format!("evt-e2e-{n}"));
         ids.insert(d.delivery_id.clone());
         env.send(env.topics.deliveries(), Some(b"acme"), &encode(&d), None)
             .await;
