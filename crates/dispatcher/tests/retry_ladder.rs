@@ -227,7 +227,8 @@ async fn a_retry_after_longer_than_the_last_tier_is_waited_exactly_without_holdi
         waited >= Duration::from_secs(7),
         "Retry-After: 7 undercut: {waited:?}"
     );
-    assert!(waited < Duration::from_secs(9), "late: {waited:?}");
+    // Not held to a tier's step either way: well under two more rounds of t3.
+    assert!(waited < Duration::from_secs(11), "late: {waited:?}");
     // The short one's retry went first, though it sat behind the long one on t3.
     assert!(
         short_reqs[1].received_at < long_reqs[1].received_at,
@@ -290,7 +291,10 @@ async fn a_burst_of_429s_does_not_climb_the_ladder() {
     for r in &tiers[0] {
         // Due 1 s after the attempt ended: its start plus its duration.
         let wait = r.due_at - r.last_attempt_at.unwrap();
-        assert!((1000..1500).contains(&wait), "waits the hint: {wait} ms");
+        assert!(
+            (1000..2000).contains(&wait),
+            "waits the hint, not a climbed tier: {wait} ms"
+        );
     }
 }
 
