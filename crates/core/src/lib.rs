@@ -14,6 +14,7 @@ pub mod lanes;
 pub mod matching;
 pub mod rate;
 pub mod stall;
+pub mod trace;
 pub mod watermark;
 
 pub use admission::{Admission, AdmissionWindow, Fingerprint, KeyHash, Observed, PayloadMatch};
@@ -35,4 +36,5 @@ pub use lanes::{Flow, Job, LaneError, LaneKey, LaneLimits, LaneSettings, Lanes, 
 pub use matching::{EventTypeFilter, EventTypePattern, PatternError, MAX_PATTERN_LEN};
 pub use rate::{InvalidRate, RateLimit, TokenBucket};
 pub use stall::{PartitionView, StallDetector, StallVerdict};
+pub use trace::TraceContext;
 pub use watermark::{PartitionWatermark, WatermarkError};

@@ -65,6 +65,8 @@ fn delivery(sub: &Subscription, tag: &str, n: usize) -> Delivery {
         last_outcome: None,
         policy_version: None,
         replay_of: None,
+        traceparent: None,
+        tracestate: None,
     }
 }
 

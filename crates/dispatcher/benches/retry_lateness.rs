@@ -172,6 +172,8 @@ async fn main() {
             last_outcome: Some("http_503".into()),
             policy_version: None,
             replay_of: None,
+            traceparent: None,
+            tracestate: None,
         };
         due.insert(d.delivery_id.clone(), d.due_at);
         let value = encode(&d);

@@ -15,7 +15,7 @@ use crate::{
     part::{Key, NoTarget},
 };
 use bytes::Bytes;
-use hookline_core::{classify, epoch, AttemptResult, FailureKind, Signal};
+use hookline_core::{classify, epoch, trace, AttemptResult, FailureKind, Signal};
 use hookline_envelope::{encode, Delivery, Topics};
 use hookline_runtime::{
     http::{Failure, Outgoing, WebhookClient},
@@ -245,7 +245,7 @@ fn headers(delivery: &Delivery, signed: &signing::SignatureHeaders) -> Result<He
     let value = |what: &str, v: &str| {
         HeaderValue::from_str(v).map_err(|_| format!("{what} is not a valid header value"))
     };
-    let mut h = HeaderMap::with_capacity(6);
+    let mut h = HeaderMap::with_capacity(8);
     let content_type = value("content_type", &delivery.content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     h.insert(CONTENT_TYPE, content_type);
@@ -266,5 +266,15 @@ fn headers(delivery: &Delivery, signed: &signing::SignatureHeaders) -> Result<He
         HeaderName::from_static(HEADER_EVENT_TYPE),
         value("event_type", &delivery.event_type)?,
     );
+    // The event's W3C trace context, checked by fan-out; passed on unchanged.
+    // One that is not a valid header value is left out, never fails the attempt.
+    for (name, v) in [
+        (trace::TRACEPARENT, delivery.traceparent.as_deref()),
+        (trace::TRACESTATE, delivery.tracestate.as_deref()),
+    ] {
+        if let Some(v) = v.and_then(|v| HeaderValue::from_str(v).ok()) {
+            h.insert(HeaderName::from_static(name), v);
+        }
+    }
     Ok(h)
 }

@@ -41,9 +41,16 @@ impl AttemptEnded<'_> {
         let c = &self.facts.classification;
         let outcome = c.outcome.as_str();
         let took_ms = self.facts.now_ms - self.facts.started_ms;
+        // The event's trace id, so a log line joins the producer's trace.
+        let trace_id = d
+            .traceparent
+            .as_deref()
+            .and_then(hookline_core::trace::trace_id)
+            .unwrap_or_default();
         match c.verdict {
             Verdict::Delivered => tracing::debug!(
                 delivery_id = %d.delivery_id,
+                trace_id,
                 outcome,
                 took_ms,
                 "delivered"
@@ -51,6 +58,7 @@ impl AttemptEnded<'_> {
             Verdict::Retry { .. } => tracing::info!(
                 delivery_id = %d.delivery_id,
                 subscription_id = %d.subscription_id,
+                trace_id,
                 attempt = d.attempt + 1,
                 outcome,
                 took_ms,
@@ -59,6 +67,7 @@ impl AttemptEnded<'_> {
             Verdict::Rejected { reason } => tracing::warn!(
                 delivery_id = %d.delivery_id,
                 subscription_id = %d.subscription_id,
+                trace_id,
                 outcome,
                 reason = reason.as_str(),
                 "attempt rejected; dead-lettering"

@@ -220,6 +220,8 @@ mod tests {
             last_outcome: None,
             policy_version: None,
             replay_of: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 

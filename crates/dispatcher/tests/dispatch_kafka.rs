@@ -250,6 +250,55 @@ async fn failures_go_to_the_first_tier_and_rejections_to_the_dlq() {
     assert_eq!(gone_dl.delivery.attempt, 1);
 }
 
+/// A delivery's trace context goes out as the W3C headers on every attempt, the
+/// retry's too; a delivery without one sends none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_trace_context_is_sent_on_every_attempt() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let env = Env::with_ladder("disp-trace", 1, &[("t1", "1s")]).await;
+    env.receiver
+        .set("/traced", Behaviour::status(204).fail_first(1, 503));
+    let mut sub = env.subscription("sub-traced", "t1", "/traced", "one");
+    // In order: the traced delivery is the one whose first attempt fails.
+    sub.max_in_flight = 1;
+    env.put(&sub).await;
+    let running = env.start(&["--retry-jitter", "0s"]);
+    let mut traced = delivery(&sub, 0);
+    traced.traceparent = Some(TP.into());
+    traced.tracestate = Some("congo=t61rcWkgMzE".into());
+    let plain = delivery(&sub, 1);
+    env.publish(&[traced.clone(), plain.clone()]).await;
+    let done = env
+        .receiver
+        .wait_until(Duration::from_secs(60), |r| {
+            r.iter().filter(|q| q.status == 204).count() >= 2
+        })
+        .await;
+    assert!(done, "only {} requests arrived", env.receiver.count());
+    running.shutdown().await;
+
+    let requests = env.receiver.requests();
+    let of = |id: &str| -> Vec<&Recorded> {
+        requests
+            .iter()
+            .filter(|r| r.header("webhook-id") == id)
+            .collect()
+    };
+    let traced_reqs = of(&traced.delivery_id);
+    assert_eq!(
+        traced_reqs.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [503, 204],
+        "the first attempt and its retry"
+    );
+    for r in &traced_reqs {
+        assert_eq!(r.header("traceparent"), TP);
+        assert_eq!(r.header("tracestate"), "congo=t61rcWkgMzE");
+    }
+    for r in of(&plain.delivery_id) {
+        assert_eq!(r.header("traceparent"), "", "no trace context invented");
+    }
+}
+
 /// A 410 Gone disables the subscription, in the transaction of its dead letter: the
 /// subscription is written back disabled (`gone`, the next version), and the
 /// deliveries behind it are kept unattempted (`subscription_disabled`), also before

@@ -151,6 +151,7 @@ pub(crate) fn replay_delivery(dl: &DeadLetter, of: ReplayOf, now_ms: i64) -> Del
         last_outcome: None,
         policy_version: None,
         replay_of: Some(of),
+        // The trace context is the event's: a replay belongs to the same trace.
         ..dl.delivery.clone()
     }
 }

@@ -29,6 +29,8 @@ fn dead_letter() -> DeadLetter {
                 partition: 0,
                 offset: 0,
             }),
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            tracestate: None,
         },
         reason: "exhausted".into(),
         last_status: Some(503),
@@ -87,6 +89,11 @@ fn a_replayed_delivery_starts_over_with_the_same_id_and_lineage() {
     };
     assert_eq!(d, want);
     assert_eq!(d.delivery_id, dl.delivery.delivery_id);
+    assert!(d.traceparent.is_some());
+    assert_eq!(
+        d.traceparent, dl.delivery.traceparent,
+        "a replay keeps the event's trace"
+    );
     assert_eq!(
         d.created_at, 2,
         "created_at keeps the original fan-out time"

@@ -97,6 +97,8 @@ fn first_attempt(sub: &Subscription, event_id: &str) -> Delivery {
         last_outcome: None,
         policy_version: None,
         replay_of: None,
+        traceparent: None,
+        tracestate: None,
     }
 }
 

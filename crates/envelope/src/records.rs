@@ -137,6 +137,12 @@ pub struct Delivery {
     /// Set when this delivery is a replay of a dead letter.
     #[serde(default)]
     pub replay_of: Option<ReplayOf>,
+    /// The event's W3C `traceparent`, sent on every attempt.
+    #[serde(default)]
+    pub traceparent: Option<String>,
+    /// The `tracestate` that came with it.
+    #[serde(default)]
+    pub tracestate: Option<String>,
 }
 
 impl Record for Delivery {

@@ -102,10 +102,20 @@ impl FromStr for RecordKind {
 /// Older (or pre-released newer) writer schemas that readers must still accept, per record.
 /// Keep each as its own file under `schemas/history/` (named `<file>.<fingerprint>.avsc`)
 /// and list it here.
-pub const HISTORY: &[(RecordKind, &str)] = &[(
-    RecordKind::Subscription,
-    include_str!("../../../schemas/history/subscription.c414c01201dce6fd.avsc"),
-)];
+pub const HISTORY: &[(RecordKind, &str)] = &[
+    (
+        RecordKind::Subscription,
+        include_str!("../../../schemas/history/subscription.c414c01201dce6fd.avsc"),
+    ),
+    (
+        RecordKind::Delivery,
+        include_str!("../../../schemas/history/delivery.f38e23020519decc.avsc"),
+    ),
+    (
+        RecordKind::DeadLetter,
+        include_str!("../../../schemas/history/dead_letter.b6c7b91f57fc9066.avsc"),
+    ),
+];
 
 /// Why a schema could not be loaded or registered.
 #[derive(Debug, thiserror::Error)]

@@ -93,6 +93,8 @@ struct DeliveryV2 {
     last_outcome: Option<String>,
     policy_version: Option<String>,
     replay_of: Option<ReplayOfV2>,
+    traceparent: Option<String>,
+    tracestate: Option<String>,
     trace_id: Option<String>,
 }
 
@@ -144,6 +146,8 @@ fn delivery_v2(d: &Delivery) -> DeliveryV2 {
             offset: r.offset,
             replayed_by: "cli:alice".into(),
         }),
+        traceparent: d.traceparent.clone(),
+        tracestate: d.tracestate.clone(),
         trace_id: Some("4bf92f3577b34da6".into()),
     }
 }

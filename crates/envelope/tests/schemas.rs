@@ -11,8 +11,8 @@ fn fingerprints_are_pinned() {
     let pinned = [
         (RecordKind::DomainEvent, "d9460691819bc65b"),
         (RecordKind::Subscription, "2ba1d50a70dce31c"),
-        (RecordKind::Delivery, "f38e23020519decc"),
-        (RecordKind::DeadLetter, "b6c7b91f57fc9066"),
+        (RecordKind::Delivery, "6b3ad52d17e31a4a"),
+        (RecordKind::DeadLetter, "fd41a47742f439e2"),
         (RecordKind::QuarantinedEvent, "b3ebb17e789552b9"),
     ];
     for (kind, want) in pinned {

@@ -419,6 +419,7 @@ impl FanoutLoop {
             let windows = &mut self.windows;
             let output = fan_out(
                 kafka::source_record(msg),
+                kafka::trace_context(msg).as_ref(),
                 || kafka::quarantined_headers(msg),
                 |tenant, ty| self.subs.matching(tenant, ty),
                 |event| {

@@ -5,7 +5,10 @@
 //! with another payload, or nothing for a same-payload duplicate. Never panics
 //! on input.
 
-use hookline_core::admission::{Admission, Fingerprint, KeyHash, PayloadMatch};
+use hookline_core::{
+    admission::{Admission, Fingerprint, KeyHash, PayloadMatch},
+    TraceContext,
+};
 use hookline_envelope::{
     decode_value, delivery_id, Delivery, DomainEvent, QuarantineReason, QuarantinedEvent,
     QuarantinedHeader, Unusable,
@@ -119,6 +122,7 @@ pub fn admission_key(event: &DomainEvent) -> (KeyHash, Fingerprint) {
 /// admission window) has decided on the usable event.
 pub fn fan_out(
     input: Input<'_>,
+    trace: Option<&TraceContext>,
     headers: impl FnOnce() -> Vec<QuarantinedHeader>,
     matching: impl FnOnce(&str, &str) -> Vec<Arc<LiveSubscription>>,
     admit: impl FnOnce(&DomainEvent) -> Admission,
@@ -169,6 +173,8 @@ pub fn fan_out(
             last_outcome: None,
             policy_version: None,
             replay_of: None,
+            traceparent: trace.map(|t| t.traceparent.clone()),
+            tracestate: trace.and_then(|t| t.tracestate.clone()),
         })
         .collect();
     Output::Deliveries(deliveries)
@@ -226,6 +232,15 @@ mod tests {
     }
 
     fn run_admitted(value: Option<&[u8]>, cap: usize, admission: Admission) -> Output {
+        run_traced(value, cap, admission, None)
+    }
+
+    fn run_traced(
+        value: Option<&[u8]>,
+        cap: usize,
+        admission: Admission,
+        trace: Option<&TraceContext>,
+    ) -> Output {
         let t = table();
         fan_out(
             Input {
@@ -235,6 +250,7 @@ mod tests {
                 key: Some(b"acme"),
                 value,
             },
+            trace,
             || {
                 vec![QuarantinedHeader {
                     name: "h".into(),
@@ -264,6 +280,30 @@ mod tests {
             assert_eq!(d.payload, vec![b'x'; 10]);
             assert_eq!(d.attributes.get("trace").map(String::as_str), Some("abc"));
         }
+    }
+
+    #[test]
+    fn every_delivery_carries_the_events_trace_context_or_none() {
+        let bytes = encode(&event("acme", "invoice.paid", 1));
+        let tc = TraceContext {
+            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+            tracestate: Some("congo=t61rcWkgMzE".into()),
+        };
+        let Output::Deliveries(ds) = run_traced(Some(&bytes), 1024, Admission::Admit, Some(&tc))
+        else {
+            panic!("expected deliveries")
+        };
+        assert!(ds.len() > 1);
+        for d in &ds {
+            assert_eq!(d.traceparent.as_deref(), Some(tc.traceparent.as_str()));
+            assert_eq!(d.tracestate, tc.tracestate);
+        }
+        let Output::Deliveries(ds) = run(Some(&bytes), 1024) else {
+            panic!("expected deliveries")
+        };
+        assert!(ds
+            .iter()
+            .all(|d| d.traceparent.is_none() && d.tracestate.is_none()));
     }
 
     #[test]
@@ -342,6 +382,7 @@ mod tests {
                     key: None,
                     value,
                 },
+                None,
                 Vec::new,
                 |_, _| Vec::new(),
                 |_| panic!("the window saw an unusable record"),

@@ -80,6 +80,65 @@ async fn matches_exact_and_prefix_types_and_never_another_tenants_events() {
 /// Publishes probe events until `pred` holds for the deliveries of the last
 /// probe (the table follows its topic asynchronously), then checks that it
 /// keeps holding for `confirm` more events. Returns the probes used.
+/// The W3C trace context on an event's Kafka headers (any case) is kept on every
+/// delivery it fans out to; an invalid `traceparent` is dropped with its
+/// `tracestate`, and an event without one gives deliveries without one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_trace_context_is_kept_on_its_deliveries_when_valid() {
+    const TP: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let env = Env::new("fanout-trace").await;
+    let url = "https://hooks.example/in";
+    env.put(&subscription("a1", "acme", &["*"], url)).await;
+    env.put(&subscription("a2", "acme", &["invoice.*"], url))
+        .await;
+    let topic = env.topics.events().to_owned();
+    let traced = rdkafka::message::OwnedHeaders::new()
+        .insert(rdkafka::message::Header {
+            key: "TraceParent",
+            value: Some(TP),
+        })
+        .insert(rdkafka::message::Header {
+            key: "tracestate",
+            value: Some("congo=t61rcWkgMzE"),
+        });
+    let invalid = rdkafka::message::OwnedHeaders::new()
+        .insert(rdkafka::message::Header {
+            key: "traceparent",
+            value: Some("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+        })
+        .insert(rdkafka::message::Header {
+            key: "tracestate",
+            value: Some("congo=t61rcWkgMzE"),
+        });
+    for (id, headers) in [
+        ("traced", Some(traced)),
+        ("invalid", Some(invalid)),
+        ("plain", None),
+    ] {
+        let bytes = encode(&event(id, "acme", "invoice.paid"));
+        env.send(&topic, b"acme", Some(&bytes), headers).await;
+    }
+    let fanout = env.start(&[]);
+    env.drained(DRAIN).await;
+    let deliveries = env.deliveries().await;
+    fanout.shutdown().await;
+
+    assert_eq!(deliveries.len(), 6);
+    for d in &deliveries {
+        let expected = match d.event_id.as_str() {
+            "traced" => (Some(TP), Some("congo=t61rcWkgMzE")),
+            _ => (None, None),
+        };
+        assert_eq!(
+            (d.traceparent.as_deref(), d.tracestate.as_deref()),
+            expected,
+            "{} to {}",
+            d.event_id,
+            d.subscription_id
+        );
+    }
+}
+
 async fn until_effective(
     env: &Env,
     label: &str,

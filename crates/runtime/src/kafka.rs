@@ -222,6 +222,22 @@ pub fn source_record<M: Message>(msg: &M) -> SourceRecord<'_> {
     }
 }
 
+/// The W3C trace context of a message's `traceparent` and `tracestate` headers
+/// (names matched without regard to case, as HTTP does; the first of each), if valid.
+pub fn trace_context<M: Message>(msg: &M) -> Option<hookline_core::TraceContext> {
+    let headers = msg.headers()?;
+    let first = |name: &str| {
+        headers
+            .iter()
+            .find(|h| h.key.eq_ignore_ascii_case(name))
+            .and_then(|h| h.value)
+    };
+    hookline_core::TraceContext::from_headers(
+        first(hookline_core::trace::TRACEPARENT),
+        first(hookline_core::trace::TRACESTATE),
+    )
+}
+
 /// A message's headers, in order and byte for byte, as a quarantined record keeps them.
 pub fn quarantined_headers<M: Message>(msg: &M) -> Vec<QuarantinedHeader> {
     msg.headers()

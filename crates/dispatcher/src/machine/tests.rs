@@ -128,6 +128,8 @@ fn delivery_of(subscription: &str, due: SystemTime, payload: &[u8]) -> Vec<u8> {
         last_outcome: None,
         policy_version: None,
         replay_of: None,
+        traceparent: None,
+        tracestate: None,
     })
 }
 

@@ -295,6 +295,8 @@ pub fn delivery(sub: &Subscription, n: usize) -> Delivery {
         last_outcome: None,
         policy_version: None,
         replay_of: None,
+        traceparent: None,
+        tracestate: None,
     }
 }
 

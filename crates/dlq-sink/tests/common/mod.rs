@@ -214,6 +214,8 @@ pub fn dead_letter(tenant: &str, n: usize, reason: &str) -> DeadLetter {
             last_outcome: Some("http_503".into()),
             policy_version: Some("ladder-v1".into()),
             replay_of: None,
+            traceparent: None,
+            tracestate: None,
         },
         reason: reason.to_owned(),
         last_status: Some(503),

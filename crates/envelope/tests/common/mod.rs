@@ -74,7 +74,7 @@ prop_compose! {
         ids in delivery_ids(), times in delivery_times(), content_type in text(),
         payload in bytes(), attributes in attributes(), attempt in any::<i32>(),
         last_outcome in option::of(text()), policy_version in option::of(text()),
-        replay_of in option::of(replay_of()),
+        replay_of in option::of(replay_of()), trace in option::of((text(), option::of(text()))),
     ) -> Delivery {
         let [delivery_id, event_id, tenant_id, subscription_id, event_type] = ids;
         let (occurred_at, created_at, due_at, first_attempt_at, last_attempt_at) = times;
@@ -82,6 +82,8 @@ prop_compose! {
             delivery_id, event_id, tenant_id, subscription_id, event_type, occurred_at,
             content_type, payload, attributes, attempt, created_at, due_at, first_attempt_at,
             last_attempt_at, last_outcome, policy_version, replay_of,
+            traceparent: trace.as_ref().map(|t| t.0.clone()),
+            tracestate: trace.and_then(|t| t.1),
         }
     }
 }
@@ -169,6 +171,8 @@ pub fn sample_delivery() -> Delivery {
             partition: 3,
             offset: 12_345,
         }),
+        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+        tracestate: Some("congo=t61rcWkgMzE".into()),
     }
 }
 

@@ -88,6 +88,8 @@ pub(super) fn delivery(p: &Pipeline, seq: u64, tenant: &str, sub: &str, attempt:
         last_outcome: (attempt > 0).then(|| "http_503".to_owned()),
         policy_version: None,
         replay_of: None,
+        traceparent: None,
+        tracestate: None,
     }
 }
 
@@ -111,6 +113,8 @@ pub(super) fn dead_letter() -> DeadLetter {
             last_outcome: None,
             policy_version: None,
             replay_of: None,
+            traceparent: None,
+            tracestate: None,
         },
         reason: "exhausted".to_owned(),
         last_status: None,
