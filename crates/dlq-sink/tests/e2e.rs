@@ -64,6 +64,32 @@ fn start_dispatcher(env: &Env, secrets: &std::path::Path) -> (CancellationToken,
     )
 }
 
+/// An enabled subscription of tenant `acme` for every event type, posting to `url`,
+/// and a secrets directory holding its signing secret.
+fn subscribed(id: &str, url: &str, max_in_flight: i32) -> (tempfile::TempDir, Subscription) {
+    let secrets = tempfile::tempdir().unwrap();
+    std::fs::write(
+        secrets.path().join("acme-key"),
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n",
+    )
+    .unwrap();
+    let sub = Subscription {
+        subscription_id: id.into(),
+        tenant_id: "acme".into(),
+        url: url.into(),
+        event_types: vec!["*".into()],
+        secret_ref: "acme-key".into(),
+        enabled: true,
+        max_in_flight,
+        rate_limit_per_s: None,
+        disabled_reason: None,
+        disabled_at: None,
+        version: 1,
+        updated_at: epoch::millis(SystemTime::now()),
+    };
+    (secrets, sub)
+}
+
 async fn put(env: &Env, sub: &Subscription) {
     env.producer
         .send(
@@ -113,26 +139,7 @@ async fn a_410_disables_the_subscription_and_its_kept_deliveries_are_replayed_af
     let env = Env::new("e2e-gone").await;
     let receiver = Receiver::start().await.unwrap();
     receiver.set("/gone", Behaviour::status(410));
-    let secrets = tempfile::tempdir().unwrap();
-    std::fs::write(
-        secrets.path().join("key"),
-        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n",
-    )
-    .unwrap();
-    let sub = Subscription {
-        subscription_id: "sub-gone".into(),
-        tenant_id: "acme".into(),
-        url: receiver.url("/gone"),
-        event_types: vec!["*".into()],
-        secret_ref: "key".into(),
-        enabled: true,
-        max_in_flight: 1,
-        rate_limit_per_s: None,
-        disabled_reason: None,
-        disabled_at: None,
-        version: 1,
-        updated_at: epoch::millis(SystemTime::now()),
-    };
+    let (secrets, sub) = subscribed("sub-gone", &receiver.url("/gone"), 1);
     put(&env, &sub).await;
     let (stop_dispatcher, dispatcher) = start_dispatcher(&env, secrets.path());
     let sink = env.start(&[]);
@@ -251,27 +258,8 @@ async fn dead_letters_replayed_after_the_receiver_recovers_keep_their_webhook_id
     let env = Env::new("e2e-replay").await;
     let receiver = Receiver::start().await.unwrap();
     receiver.set("/hook", Behaviour::status(400));
-    let secrets = tempfile::tempdir().unwrap();
-    std::fs::write(
-        secrets.path().join("acme-key"),
-        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n",
-    )
-    .unwrap();
 
-    let sub = Subscription {
-        subscription_id: "sub-acme".into(),
-        tenant_id: "acme".into(),
-        url: receiver.url("/hook"),
-        event_types: vec!["*".into()],
-        secret_ref: "acme-key".into(),
-        enabled: true,
-        max_in_flight: 4,
-        rate_limit_per_s: None,
-        disabled_reason: None,
-        disabled_at: None,
-        version: 1,
-        updated_at: epoch::millis(SystemTime::now()),
-    };
+    let (secrets, sub) = subscribed("sub-acme", &receiver.url("/hook"), 4);
     put(&env, &sub).await;
     let mut ids = BTreeSet::new();
     for n in 0..DELIVERIES {
