@@ -11,7 +11,7 @@ use std::{
 use crate::{
     events,
     handoff::{Handoff, Written},
-    outcome::{plan, unattempted as unattempted_letter, AttemptFacts, FollowUp, RetryPolicy},
+    outcome::{self, plan, unattempted as unattempted_letter, AttemptFacts, FollowUp, RetryPolicy},
     part::{Key, NoTarget},
 };
 use bytes::Bytes;
@@ -35,6 +35,8 @@ pub(crate) struct AttemptContext {
     pub secrets: SecretStore,
     pub topics: Topics,
     pub retry_policy: RetryPolicy,
+    /// How long a strictly ordered subscription's head may wait in backoff.
+    pub strict_head_wait: std::time::Duration,
 }
 
 impl std::fmt::Debug for AttemptContext {
@@ -89,15 +91,20 @@ pub(crate) enum Ended {
     Handoff(Box<Handoff>, Signal),
     /// Nothing can be written (no topic for the tier): leave the offset unfinished.
     Abandoned,
+    /// A strictly ordered delivery to try again in place: `record` (this attempt
+    /// counted, due at its `due_at`) goes back to the head of its lane.
+    Hold(Box<Delivery>, Signal),
 }
 
-/// Runs one attempt of `delivery` (the record at `key`) and decides its follow-up.
+/// Runs one attempt of `delivery` (the record at `key`) and decides its follow-up;
+/// a `strict` one (from `deliveries.strict`) is held in place instead of retried
+/// on a tier (`outcome::strict`).
 pub(crate) async fn run(
     ctx: Arc<AttemptContext>,
     key: Key,
     delivery: Delivery,
     target: Target,
-    refusal: Option<Refusal>,
+    (refusal, strict): (Option<Refusal>, bool),
 ) -> Ended {
     let started = SystemTime::now();
     let clock = Instant::now();
@@ -115,7 +122,10 @@ pub(crate) async fn run(
         now_ms: epoch::millis(now),
         detail: detail.as_deref(),
     };
-    let follow_up = plan(&delivery, &facts, &ctx.retry_policy, rand::random::<f64>());
+    let mut follow_up = plan(&delivery, &facts, &ctx.retry_policy, rand::random::<f64>());
+    if strict {
+        follow_up = outcome::strict(follow_up, &facts, &ctx.retry_policy, ctx.strict_head_wait);
+    }
     events::AttemptEnded {
         delivery: &delivery,
         facts: &facts,
@@ -125,6 +135,7 @@ pub(crate) async fn run(
     let record_key = Some(delivery.tenant_id.as_bytes().to_vec());
     let (topic, value, written) = match follow_up {
         FollowUp::Done => return Ended::Done,
+        FollowUp::Hold { record } => return Ended::Hold(record, signal),
         FollowUp::Retry { tier, record } => {
             let Some((name, topic)) = ctx.topics.retries().nth(tier) else {
                 events::NoSuchRetryTier { tier }.emit();

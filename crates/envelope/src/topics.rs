@@ -20,6 +20,9 @@ pub const DEFAULT_RETRY_TIERS: [&str; DEFAULT_TIERS.len()] = {
     names
 };
 
+/// Tier names that would spell another topic's name.
+const RESERVED_TIERS: [&str; 2] = ["dlq", "strict"];
+
 /// Kafka's maximum topic name length.
 pub const MAX_TOPIC_LEN: usize = 249;
 
@@ -47,6 +50,12 @@ pub enum TopicError {
         /// The repeated tier.
         tier: String,
     },
+    /// A tier name whose topic is another topic's (`dlq`, `strict`).
+    #[error("retry tier name `{tier}` is reserved: deliveries.{tier} is another topic")]
+    ReservedTier {
+        /// The reserved name.
+        tier: String,
+    },
     /// A resulting topic name longer than Kafka allows.
     #[error("topic name `{topic}` is {len} characters; Kafka allows at most 249")]
     TooLong {
@@ -64,6 +73,7 @@ pub struct Topics {
     events: String,
     subscriptions: String,
     deliveries: String,
+    strict: String,
     retries: Vec<(String, String)>,
     dlq: String,
     quarantine: String,
@@ -86,6 +96,11 @@ impl Topics {
                 return Err(TopicError::EmptyTier);
             }
             check_chars("retry tier", tier)?;
+            if RESERVED_TIERS.contains(&tier) {
+                return Err(TopicError::ReservedTier {
+                    tier: tier.to_owned(),
+                });
+            }
             if tiers[..i].iter().any(|t| t.as_ref() == tier) {
                 return Err(TopicError::DuplicateTier {
                     tier: tier.to_owned(),
@@ -115,6 +130,7 @@ impl Topics {
             events: name("events"),
             subscriptions: name("subscriptions"),
             deliveries: name("deliveries"),
+            strict: name("deliveries.strict"),
             retries: tiers
                 .iter()
                 .map(|t| {
@@ -150,6 +166,12 @@ impl Topics {
         &self.deliveries
     }
 
+    /// `{prefix}deliveries.strict`: the ready queue of strictly ordered
+    /// subscriptions' deliveries, where one in backoff holds the later ones.
+    pub fn strict(&self) -> &str {
+        &self.strict
+    }
+
     /// `{prefix}deliveries.{tier}` for a tier of the ladder, or `None` if it is not one.
     pub fn retry(&self, tier: &str) -> Option<&str> {
         self.retries
@@ -175,24 +197,31 @@ impl Topics {
         &self.quarantine
     }
 
-    /// Every topic: events, subscriptions, deliveries, each retry tier, dlq, quarantine.
+    /// Every topic: events, subscriptions, deliveries, deliveries.strict, each
+    /// retry tier, dlq, quarantine.
     pub fn all(&self) -> Vec<&str> {
-        let mut all = vec![self.events(), self.subscriptions(), self.deliveries()];
+        let mut all = vec![
+            self.events(),
+            self.subscriptions(),
+            self.deliveries(),
+            self.strict(),
+        ];
         all.extend(self.retries().map(|(_, topic)| topic));
         all.extend([self.dlq(), self.quarantine()]);
         all
     }
 
-    /// Every topic the dispatcher consumes: deliveries and each retry tier.
+    /// Every topic the dispatcher consumes: deliveries, deliveries.strict and
+    /// each retry tier.
     pub fn dispatcher_inputs(&self) -> Vec<&str> {
-        let mut inputs = vec![self.deliveries()];
+        let mut inputs = vec![self.deliveries(), self.strict()];
         inputs.extend(self.retries().map(|(_, topic)| topic));
         inputs
     }
 
     /// Whether `topic` is where a stage of this prefix reads records it may
     /// quarantine, and so where a quarantined record may be returned: `events`,
-    /// `deliveries`, or `deliveries.<tier>` for any legal tier name — not only this
+    /// `deliveries`, `deliveries.strict`, or `deliveries.<tier>` for any legal tier name — not only this
     /// ladder's, since the ladder is the dispatcher's configuration — but never the
     /// DLQ, the quarantine topic, the subscription table, or another prefix's topic.
     pub fn is_pipeline_input(&self, topic: &str) -> bool {
@@ -242,6 +271,7 @@ mod tests {
                 "events",
                 "subscriptions",
                 "deliveries",
+                "deliveries.strict",
                 "deliveries.retry-10s",
                 "deliveries.retry-1m",
                 "deliveries.retry-15m",
@@ -253,7 +283,16 @@ mod tests {
         assert_eq!(t, Topics::with_prefix("").unwrap());
         assert_eq!(t.retry("retry-1m"), Some("deliveries.retry-1m"));
         assert_eq!(t.retry("retry-3d"), None);
-        assert_eq!(t.dispatcher_inputs().len(), 5);
+        assert_eq!(t.dispatcher_inputs().len(), 6);
+        assert_eq!(t.strict(), "deliveries.strict");
+        for reserved in ["dlq", "strict"] {
+            assert_eq!(
+                Topics::new("", &[reserved]),
+                Err(TopicError::ReservedTier {
+                    tier: reserved.to_owned()
+                })
+            );
+        }
     }
 
     #[test]
@@ -322,14 +361,15 @@ mod tests {
 
     #[test]
     fn names_longer_than_249_are_refused() {
-        // The longest name is `{prefix}events.quarantine` (17) with short tiers.
-        let ok = "p".repeat(MAX_TOPIC_LEN - "events.quarantine".len());
+        // The longest name is `{prefix}deliveries.strict` (17, as long as
+        // `events.quarantine`, and listed first) with short tiers.
+        let ok = "p".repeat(MAX_TOPIC_LEN - "deliveries.strict".len());
         assert!(Topics::new(&ok, &["r"]).is_ok());
         let long = format!("{ok}p");
         match Topics::new(&long, &["r"]) {
             Err(TopicError::TooLong { len, topic }) => {
                 assert_eq!(len, 250);
-                assert_eq!(topic, format!("{long}events.quarantine"));
+                assert_eq!(topic, format!("{long}deliveries.strict"));
             }
             other => panic!("expected TooLong, got {other:?}"),
         }
@@ -346,6 +386,7 @@ mod tests {
         for topic in [
             "p.events",
             "p.deliveries",
+            "p.deliveries.strict",
             "p.deliveries.fast",
             "p.deliveries.retry-10s",
         ] {
@@ -373,6 +414,9 @@ mod tests {
     fn empty_ladder_is_allowed() {
         let t = Topics::new::<&str>("x.", &[]).unwrap();
         assert_eq!(t.retries().len(), 0);
-        assert_eq!(t.dispatcher_inputs(), ["x.deliveries"]);
+        assert_eq!(
+            t.dispatcher_inputs(),
+            ["x.deliveries", "x.deliveries.strict"]
+        );
     }
 }

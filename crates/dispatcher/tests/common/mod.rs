@@ -184,6 +184,7 @@ impl Env {
             rate_limit_per_s: None,
             disabled_reason: None,
             disabled_at: None,
+            ordering: "unordered".into(),
             version: 1,
             updated_at: now_ms(),
         }
