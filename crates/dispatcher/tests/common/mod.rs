@@ -227,6 +227,19 @@ impl Env {
         .unwrap();
     }
 
+    /// Produces deliveries to `deliveries.strict`, keyed by tenant, in order.
+    pub async fn publish_strict(&self, deliveries: &[Delivery]) {
+        kafka::produce_many(
+            &self.producer,
+            self.topics.strict(),
+            deliveries
+                .iter()
+                .map(|d| (d.tenant_id.as_bytes().to_vec(), encode(d))),
+        )
+        .await
+        .unwrap();
+    }
+
     /// Produces records to retry tier `tier` (an index into the ladder), keyed by tenant.
     pub async fn publish_to_tier(&self, tier: usize, deliveries: &[Delivery]) {
         let (_, topic) = self.topics.retries().nth(tier).unwrap();
