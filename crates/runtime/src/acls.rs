@@ -323,6 +323,11 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
                     vec![Write],
                     "returns dead letters and quarantined deliveries",
                 ),
+                topic(
+                    t.strict(),
+                    vec![Write],
+                    "returns a strict subscription's dead letters (--to-strict)",
+                ),
             ];
             v.extend(
                 t.retries()
