@@ -220,7 +220,7 @@ fn the_binary_previews_by_default_and_exits_non_zero_on_refusal() {
     assert!(stdout.contains("re-run with --execute"), "{stdout}");
     let again = run(&[]);
     assert!(
-        String::from_utf8_lossy(&again.stdout).contains("9 create"),
+        String::from_utf8_lossy(&again.stdout).contains("10 create"),
         "the preview created nothing"
     );
 
