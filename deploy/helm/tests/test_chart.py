@@ -520,7 +520,7 @@ def test_strimzi_topics_replace_the_hook_and_carry_safe_settings(rendered):
     assert not kinds(docs, "Job")
     topics = {t["spec"]["topicName"]: t for t in kinds(docs, "KafkaTopic")}
     tiers = [f"prod.deliveries.retry-{d}" for d in ("10s", "1m", "15m", "2h")]
-    assert list(topics) == ["prod.events", "prod.subscriptions", "prod.deliveries", *tiers, "prod.deliveries.dlq", "prod.events.quarantine"]
+    assert list(topics) == ["prod.events", "prod.subscriptions", "prod.deliveries", "prod.deliveries.strict", *tiers, "prod.deliveries.dlq", "prod.events.quarantine"]
     for name, t in topics.items():
         assert t["metadata"]["labels"]["strimzi.io/cluster"] == "main"
         assert re.fullmatch(r"[a-z0-9.-]+", t["metadata"]["name"]), t["metadata"]["name"]
@@ -640,13 +640,13 @@ def test_replicas_beyond_the_partitions_their_consumers_read_fail_rendering():
     # dispatcher: one consumer per topic, so the topic with the fewest partitions
     # bounds it, and the message names that topic.
     retry_1m = "topics.perTopic.deliveries\\.retry-1m.partitions=8"
-    err = fails("dispatcher.replicaCount (9) exceeds the partitions of deliveries.retry-1m (8), the fewest of deliveries and its retry tiers",
+    err = fails("dispatcher.replicaCount (9) exceeds the partitions of deliveries.retry-1m (8), the fewest of deliveries, deliveries.strict and its retry tiers",
                 "--set", retry_1m, "--set", "dispatcher.replicaCount=9")
     assert "raise topics.perTopic.deliveries.retry-1m.partitions" in err
     renders("--set", retry_1m, "--set", "dispatcher.replicaCount=8")
     fails("dispatcher.replicaCount (2) exceeds the partitions of deliveries (1)", "--set", "topics.perTopic.deliveries.partitions=1")
     for mode in ("hpa", "keda"):
-        fails("dispatcher.autoscaling.maxReplicas (24) exceeds the partitions of deliveries.retry-10s (12)",
+        fails("dispatcher.autoscaling.maxReplicas (24) exceeds the partitions of deliveries.strict (12)",
               "--set", "topics.perTopic.deliveries.partitions=24", *autoscaled("dispatcher", mode, 24))
     # The tiers are those of topics.retryTiers, each topic deliveries.<name>.
     fails("dispatcher.replicaCount (6) exceeds the partitions of deliveries.retry-5m (4)", "-f", str(VALUES_DIR / "retry-ladder.yaml"),

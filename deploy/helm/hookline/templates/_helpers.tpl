@@ -60,6 +60,7 @@ app.kubernetes.io/component: {{ .component }}
 - events
 - subscriptions
 - deliveries
+- deliveries.strict
 {{- range .Values.topics.retryTiers }}
 - deliveries.{{ .name }}
 {{- end }}
@@ -80,8 +81,8 @@ app.kubernetes.io/component: {{ .component }}
      keda). A replica beyond them gets no partition: it sits idle, fails
      /readyz after kafka.consumerStallTimeout, and an unready pod holds the
      PodDisruptionBudget and blocks node drains. fanout runs one consumer on
-     events; the dispatcher one consumer per topic (deliveries and each retry
-     tier), so the topic with the fewest partitions bounds it; the dlq-sink one
+     events; the dispatcher one consumer per topic (deliveries, deliveries.strict
+     and each retry tier), so the topic with the fewest partitions bounds it; the dlq-sink one
      consumer on deliveries.dlq and events.quarantine together, so their sum
      does. (dict "root" $ "key" "dispatcher") */}}
 {{- define "hookline.replicaGuard" -}}
@@ -108,7 +109,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- else -}}
 {{- $topics := list "events" -}}
 {{- if eq .key "dispatcher" -}}
-{{- $topics = list "deliveries" -}}
+{{- $topics = list "deliveries" "deliveries.strict" -}}
 {{- range $root.Values.topics.retryTiers }}{{ $topics = append $topics (printf "deliveries.%s" .name) }}{{ end -}}
 {{- end -}}
 {{- range $topics -}}
@@ -119,7 +120,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 {{- if gt (len $topics) 1 -}}
-{{- $why = ", the fewest of deliveries and its retry tiers (one consumer each)" -}}
+{{- $why = ", the fewest of deliveries, deliveries.strict and its retry tiers (one consumer each)" -}}
 {{- end -}}
 {{- $raise = printf "topics.perTopic.%s.partitions" $source -}}
 {{- end -}}
