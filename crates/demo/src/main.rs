@@ -185,9 +185,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .iter()
         .map(|s| Ok((s.clone(), EventTypeFilter::parse(&s.event_types)?)))
         .collect::<anyhow::Result<_>>()?;
-    let first_event = std::sync::Arc::new(std::sync::OnceLock::new());
     let publisher = {
-        let first_event = std::sync::Arc::clone(&first_event);
         let producer = producer.clone();
         let tracker = tracker.clone();
         let events_topic = topics.events().to_owned();
@@ -203,7 +201,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     }
                 }
                 send(&producer, &events_topic, tenant, &encode(&event)).await?;
-                first_event.get_or_init(Instant::now);
                 if i == total_events / 3 || i == 2 * total_events / 3 {
                     send(
                         &producer,
@@ -310,14 +307,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         "  archive files written       {archived} (dead letters and quarantined events, Avro)"
     )?;
     writeln!(out, "  webhook requests received   {}", receiver.count())?;
-    let first_request = receiver.requests().iter().map(|r| r.at).min();
-    if let (Some(event), Some(request)) = (first_event.get(), first_request) {
-        writeln!(
-            out,
-            "  first webhook               {:.1}s after the first event",
-            request.saturating_duration_since(*event).as_secs_f64()
-        )?;
-    }
     anyhow::ensure!(accounted == total.expected, "the summary does not add up");
     Ok(())
 }
@@ -330,10 +319,6 @@ fn start_stages(
     archive: &std::path::Path,
     stop: &CancellationToken,
 ) -> anyhow::Result<Vec<(&'static str, Stage)>> {
-    // A short session: the mock cluster waits the session timeout less 1 s
-    // for the members of a group to rejoin whenever one joins a formed group
-    // (the dispatcher's consumers join one after another), which at the
-    // default 10s held the first deliveries back for about 11 s.
     let common = [
         "--brokers",
         brokers,
@@ -341,8 +326,6 @@ fn start_stages(
         "127.0.0.1:0",
         "--shutdown-grace",
         "20s",
-        "--group-session-timeout",
-        "2s",
     ];
     let fanout = FanoutCli::try_parse_from(
         ["fanout"]
