@@ -7,6 +7,7 @@
 //! `make bench` or `make bench SCENARIOS=latency`; parameters are `BENCH_*`
 //! environment variables (see `params.rs` and the README's Benchmarks section).
 
+mod bare;
 mod params;
 mod report;
 mod scenarios;
@@ -25,8 +26,8 @@ use crate::{params::Params, report::Run, scenarios::Context};
 #[derive(Debug, Parser)]
 #[command(name = "hookline-bench")]
 struct Cli {
-    /// Scenarios to run, in order (default: all of throughput, latency,
-    /// isolation, retry_lateness).
+    /// Scenarios to run, in order, `limit` first whenever named (default:
+    /// all of limit, throughput, latency, isolation, retry_lateness).
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(scenarios::ALL))]
     scenarios: Vec<String>,
 
@@ -39,11 +40,13 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let params = Params::from_env()?;
-    let names: Vec<String> = if cli.scenarios.is_empty() {
+    let mut names: Vec<String> = if cli.scenarios.is_empty() {
         scenarios::ALL.iter().map(|s| (*s).to_owned()).collect()
     } else {
         cli.scenarios
     };
+    // The limit first, so the others can print their ratio to it.
+    names.sort_by_key(|n| n != "limit");
     let out_dir = match cli.out_dir {
         Some(d) => d,
         None => stage::bin_dir()?
@@ -70,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
         let started = std::time::Instant::now();
         let scenario = async {
             match name.as_str() {
+                "limit" => Ok(scenarios::limit::run(&run.params, &mut ctx).await),
                 "throughput" => Ok(scenarios::throughput::run(&run.params, &mut ctx).await),
                 "latency" => Ok(scenarios::latency::run(&run.params, &mut ctx).await),
                 "isolation" => Ok(scenarios::isolation::run(&run.params, &mut ctx).await),

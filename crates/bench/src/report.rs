@@ -56,6 +56,22 @@ impl Outcome {
         );
     }
 
+    /// A rate with, when the `limit` scenario ran, the limit's beside it and
+    /// hookline's share of it: `value` under `key`, the limit under
+    /// `limit_<key>`, the ratio under `ratio_<key>`.
+    pub fn versus(&mut self, label: &str, value: f64, limit: Option<f64>, key: &str) {
+        let text = match limit {
+            Some(l) => format!("{value:.0} (limit {l:.0}, ratio {:.2})", value / l),
+            None => format!("{value:.0}"),
+        };
+        self.figure(label, text, key, value);
+        if let Some(l) = limit {
+            self.figures.insert(format!("limit_{key}"), l.into());
+            self.figures
+                .insert(format!("ratio_{key}"), (value / l).into());
+        }
+    }
+
     /// Stops the pipeline (always) and records the stages' usage and the
     /// first error of the scenario or of stopping.
     pub async fn finish(mut self, pipeline: Pipeline, result: anyhow::Result<()>) -> Self {

@@ -26,6 +26,12 @@ use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, USER_AGENT
 /// Header carrying the event type (Standard Webhooks leaves it to the sender).
 pub const HEADER_EVENT_TYPE: &str = "webhook-event-type";
 
+/// Header carrying the attempt's start, microseconds since the Unix epoch: a
+/// receiver (or the bench) can tell the wait before the dispatcher started
+/// the request from the time the request itself took. One integer formatted
+/// per attempt; not signed, so not to be trusted for anything but timing.
+pub const HEADER_ATTEMPT_STARTED: &str = "webhook-attempt-started";
+
 /// `hookline/<version>`.
 pub const USER_AGENT_VALUE: &str = concat!("hookline/", env!("CARGO_PKG_VERSION"));
 
@@ -227,7 +233,7 @@ async fn attempt(
     let timestamp = i64::try_from(now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs())
         .unwrap_or(i64::MAX);
     let signed = signing::sign(&keys, &delivery.delivery_id, timestamp, &delivery.payload);
-    let headers = match headers(delivery, &signed) {
+    let headers = match headers(delivery, &signed, epoch::micros(now)) {
         Ok(h) => h,
         Err(why) => return failed(FailureKind::InvalidUrl, why),
     };
@@ -252,11 +258,15 @@ async fn attempt(
     }
 }
 
-fn headers(delivery: &Delivery, signed: &signing::SignatureHeaders) -> Result<HeaderMap, String> {
+fn headers(
+    delivery: &Delivery,
+    signed: &signing::SignatureHeaders,
+    started_us: i64,
+) -> Result<HeaderMap, String> {
     let value = |what: &str, v: &str| {
         HeaderValue::from_str(v).map_err(|_| format!("{what} is not a valid header value"))
     };
-    let mut h = HeaderMap::with_capacity(8);
+    let mut h = HeaderMap::with_capacity(9);
     let content_type = value("content_type", &delivery.content_type)
         .unwrap_or_else(|_| HeaderValue::from_static("application/octet-stream"));
     h.insert(CONTENT_TYPE, content_type);
@@ -276,6 +286,10 @@ fn headers(delivery: &Delivery, signed: &signing::SignatureHeaders) -> Result<He
     h.insert(
         HeaderName::from_static(HEADER_EVENT_TYPE),
         value("event_type", &delivery.event_type)?,
+    );
+    h.insert(
+        HeaderName::from_static(HEADER_ATTEMPT_STARTED),
+        HeaderValue::from(started_us),
     );
     // The event's W3C trace context, checked by fan-out; passed on unchanged.
     // One that is not a valid header value is left out, never fails the attempt.

@@ -202,8 +202,12 @@ pub struct DispatcherArgs {
     /// Longest the broker holds a fetch waiting for data (`fetch.wait.max.ms`).
     /// A resumed tier partition joins the next fetch, which waits for the long
     /// poll of the others to return: this bounds how late a due retry is
-    /// fetched (librdkafka's default is 500ms).
-    #[arg(long, env = "HOOKLINE_FETCH_WAIT_MAX", default_value = "100ms", value_parser = parse_duration)]
+    /// fetched. It also bounds how late a delivery is fetched once fanout's
+    /// transaction commits: a `read_committed` long poll was seen answered
+    /// only when it expired, not at the commit (the bench's `readable` hop:
+    /// ~100 ms after fanout's send at 100ms). Each idle consumer asks the
+    /// broker once per this interval (librdkafka's default is 500ms).
+    #[arg(long, env = "HOOKLINE_FETCH_WAIT_MAX", default_value = "10ms", value_parser = parse_duration)]
     pub fetch_wait_max: Duration,
 
     /// Transactional id of this replica's producer (default

@@ -132,6 +132,15 @@ async fn deliveries_arrive_signed_with_headers_and_body_and_disabled_or_deleted_
         assert!(req.header("user-agent").starts_with("hookline/"));
         let ts: i64 = req.header("webhook-timestamp").parse().unwrap();
         assert!((ts - now_s).abs() < 120, "timestamp {ts} is now-ish");
+        // The attempt's start in µs: before the request arrived, and after the
+        // delivery was created.
+        let started: i64 = req.header("webhook-attempt-started").parse().unwrap();
+        let arrived = hookline_core::epoch::micros(req.received_at);
+        assert!(
+            started <= arrived && started >= d.created_at * 1000,
+            "attempt started at {started} µs, created {} ms, arrived {arrived} µs",
+            d.created_at
+        );
         let secret_ref = if d.subscription_id == "sub-one" {
             "one"
         } else {

@@ -42,7 +42,10 @@ pub struct FanoutArgs {
           value_parser = clap::value_parser!(u64).range(1024..))]
     pub txn_max_bytes: u64,
 
-    /// Longest a transaction collects events before it commits (e.g. `100ms`).
+    /// Longest a transaction collects events before it commits (e.g. `100ms`):
+    /// an upper bound, not a wait. A transaction commits as soon as the
+    /// consumer has no further event ready (or a count/byte bound is hit), so
+    /// one event alone commits at once and batches grow with the load.
     #[arg(long, env = "HOOKLINE_FANOUT_TXN_MAX_INTERVAL", default_value = "100ms",
           value_parser = parse_duration)]
     pub txn_max_interval: Duration,

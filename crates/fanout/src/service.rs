@@ -59,6 +59,9 @@ const LOOP: &str = "fanout";
 /// The readiness condition held while a partition's admission window is rebuilt.
 const DEDUP_READY: &str = "dedup_window";
 const IDLE_POLL: Duration = Duration::from_secs(1);
+/// Zero-wait polls that find nothing before a batch is deemed to have all
+/// that is ready (see `collect`).
+const READY_POLLS: u32 = 2;
 /// Pause after a failed transaction before the batch is tried again.
 const RETRY_BACKOFF: Duration = Duration::from_millis(500);
 
@@ -198,8 +201,13 @@ impl FanoutLoop {
         Ok(())
     }
 
-    /// Adds to `batch` (a failed one, or empty) up to `txn_max_events`
-    /// events, waiting at most `txn_max_interval` after the first one.
+    /// Adds to `batch` (a failed one, or empty) the events the consumer has
+    /// ready, up to `txn_max_events` / `txn_max_bytes`: it waits for the
+    /// first one, then takes only what is ready without waiting, and ends the
+    /// batch as soon as nothing is, or `txn_max_interval` after the first
+    /// one at the latest. So a batch is one event when events trickle in and
+    /// grows with the load (everything that arrived while the previous
+    /// transaction committed); the interval bounds it, it is not a wait.
     async fn collect(&mut self, stop: &CancellationToken, mut batch: Batch) -> Batch {
         let max = self.config.fanout.txn_max_events as usize;
         let max_bytes = self.config.fanout.txn_max_bytes;
@@ -208,9 +216,16 @@ impl FanoutLoop {
         self.drop_revoked(&mut batch);
         // A local handle: a received message borrows it, not `self`.
         let consumer = Arc::clone(&self.consumer);
+        // Zero-wait polls in a row that found no message: the consumer's queue
+        // may hand out a non-message event (a commit or rebalance callback)
+        // instead, so one empty poll does not yet mean nothing is ready.
+        let mut empty_polls = 0;
         while batch.messages.len() < max && batch.bytes < max_bytes {
             let wait = match deadline {
-                Some(d) => d.saturating_duration_since(tokio::time::Instant::now()),
+                // Only what is ready: `timeout` polls `recv` once before its
+                // timer, so a zero wait takes a message already fetched.
+                Some(d) if tokio::time::Instant::now() < d => Duration::ZERO,
+                Some(_) => break,
                 None => IDLE_POLL,
             };
             let received = tokio::select! {
@@ -219,8 +234,13 @@ impl FanoutLoop {
             };
             self.drop_revoked(&mut batch);
             match received {
+                Err(_elapsed) if wait.is_zero() && empty_polls < READY_POLLS => {
+                    empty_polls += 1;
+                    tokio::task::yield_now().await;
+                }
                 Err(_elapsed) => break,
                 Ok(Ok(msg)) => {
+                    empty_polls = 0;
                     let msg = msg.detach();
                     // Nothing of a partition is processed before its window is
                     // in place; on shutdown the record is left for the next owner.

@@ -1,15 +1,39 @@
 //! `latency`: end-to-end wait, from the moment an event is produced (stamped
 //! in its payload) to its webhook's arrival at the receiver, for every
 //! delivery, at a fixed open-loop rate below saturation: `BENCH_RATE`, else
-//! 30% of the throughput measured in the same run, else 100 events/s.
+//! the rate the `limit` scenario measured at in the same run, else 30% of the
+//! throughput measured in the same run, else 100 events/s.
+//!
+//! For hookline it also breaks the wait down by hop, each measured from the
+//! event's production: fanout produced the delivery record (the record's
+//! Kafka timestamp, taken when fanout sends it inside its transaction), the
+//! record became readable to a `read_committed` consumer (an observer in the
+//! bench reading `deliveries` as the dispatcher does: the commit plus one
+//! fetch), the dispatcher started the POST (its `webhook-attempt-started`
+//! header), and the receiver got it.
 
-use super::{pace, waits_ms, warm_up, Context, STALL};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
+
+use hookline_envelope::{decode, Delivery};
+use hookline_testkit::{kafka, receiver::Recorded};
+use rdkafka::{
+    consumer::{Consumer, StreamConsumer},
+    Message, Timestamp,
+};
+
+use super::{pace, start, waits_ms, warm_up, Context, Path, STALL};
 use crate::{
     params::Params,
-    pipeline::{Pipeline, Spec},
+    pipeline::{epoch_us, now_us, sent_us, Pipeline, Spec},
     report::Outcome,
     stats::{ms, Summary},
 };
+
+/// The dispatcher's header with the attempt's start, µs since the epoch.
+const ATTEMPT_STARTED: &str = "webhook-attempt-started";
 
 pub async fn run(params: &Params, ctx: &mut Context) -> Outcome {
     let mut out = Outcome::new("latency");
@@ -17,26 +41,45 @@ pub async fn run(params: &Params, ctx: &mut Context) -> Outcome {
         Ok(p) => p,
         Err(e) => return out.failed(e),
     };
-    let result = body(&mut p, params, ctx, &mut out).await;
-    out.finish(p, result).await
+    let result = body(&mut p, params, ctx, &mut out, Path::Hookline).await;
+    out.finish(p, result.map(drop)).await
 }
 
-async fn body(
+/// The rate of the latency measurement, and where it came from.
+pub fn rate(params: &Params, ctx: &Context) -> (f64, String) {
+    match (
+        params.rate,
+        ctx.limit_latency.map(|(r, _)| r),
+        ctx.throughput_events_per_s,
+    ) {
+        (Some(r), _, _) => (r, "BENCH_RATE".to_owned()),
+        (None, Some(r), _) => (r, "the limit's rate in this run".to_owned()),
+        (None, None, Some(t)) => (
+            (0.3 * t).max(1.0),
+            format!("30% of {t:.0} events/s measured"),
+        ),
+        (None, None, None) => (
+            100.0,
+            "default; run throughput first or set BENCH_RATE".to_owned(),
+        ),
+    }
+}
+
+/// Paces events at `rate` through `path` and adds the figures to `out`;
+/// returns the end-to-end summary.
+pub async fn body(
     p: &mut Pipeline,
     params: &Params,
     ctx: &Context,
     out: &mut Outcome,
-) -> anyhow::Result<()> {
-    let (rate, source) = match (params.rate, ctx.throughput_events_per_s) {
-        (Some(r), _) => (r, "BENCH_RATE".to_owned()),
-        (None, Some(t)) => (
-            (0.3 * t).max(1.0),
-            format!("30% of {t:.0} events/s measured"),
-        ),
-        (None, None) => (
-            100.0,
-            "default; run throughput first or set BENCH_RATE".to_owned(),
-        ),
+    path: Path,
+) -> anyhow::Result<Summary> {
+    let (rate, source) = match path {
+        Path::Hookline => rate(params, ctx),
+        Path::Bare => match params.rate {
+            Some(r) => (r, "BENCH_RATE".to_owned()),
+            None => (450.0, "default of the limit".to_owned()),
+        },
     };
     let tenants: Vec<String> = (0..params.tenants).map(|t| format!("t{t}")).collect();
     let subs: Vec<_> = tenants
@@ -45,10 +88,14 @@ async fn body(
         .map(|(t, s)| p.subscription(&format!("{t}-s{s}"), &t, "/ok", 16))
         .collect();
     p.put_subscriptions(&subs).await?;
-    p.start().await?;
+    let _bare = start(p, path, &subs).await?;
     let mut seq = 0;
     warm_up(p, &mut seq, &tenants, params.payload).await?;
     let before = p.receiver.count();
+    let observer = match path {
+        Path::Hookline => Some(Observer::start(p).await?),
+        Path::Bare => None,
+    };
 
     let duration = params.scaled(1.0);
     out.settings = serde_json::json!({
@@ -71,7 +118,8 @@ async fn body(
     )
     .await?;
     let tally = p.settle(STALL).await?;
-    let waits = Summary::of(waits_ms(&p.receiver.requests()[before..], |_, _| true));
+    let requests = p.receiver.requests();
+    let waits = Summary::of(waits_ms(&requests[before..], |_, _| true));
 
     out.figure(
         "rate",
@@ -80,7 +128,7 @@ async fn body(
             achieved * params.fanout as f64,
             duration.as_secs_f64()
         ),
-        "events_per_s",
+        "rate_events_per_s",
         achieved,
     );
     out.figure(
@@ -96,7 +144,152 @@ async fn body(
         "end_to_end",
         waits,
     );
+    if let (Path::Hookline, Some((limit_rate, limit))) = (path, ctx.limit_latency) {
+        let same = (limit_rate - rate).abs() < 1e-6;
+        out.figure(
+            "  limit p50/p99 (ratio)",
+            format!(
+                "{} / {} ({:.1}× / {:.1}×){}",
+                ms(limit.p50_ms),
+                ms(limit.p99_ms),
+                waits.p50_ms / limit.p50_ms,
+                waits.p99_ms / limit.p99_ms,
+                if same {
+                    String::new()
+                } else {
+                    format!("; the limit ran at {limit_rate:.0} events/s")
+                }
+            ),
+            "limit_end_to_end",
+            limit,
+        );
+    }
+    if let Some(observer) = observer {
+        hops(out, &requests[before..], &observer.seen());
+    }
+    drop(requests);
     out.figures.insert("events".to_owned(), sent.into());
     out.deliveries = Some(tally);
-    Ok(())
+    Ok(waits)
+}
+
+/// What the observer saw of one delivery record, µs since the epoch.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// The record's timestamp (CreateTime: when fanout sent it).
+    produced_us: i64,
+    /// When the observer was handed it (read_committed).
+    readable_us: i64,
+}
+
+/// A `read_committed` consumer of `deliveries`, as the dispatcher reads it,
+/// noting when each delivery record was produced and became readable.
+struct Observer {
+    seen: Arc<Mutex<HashMap<String, Seen>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Observer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Observer {
+    /// Starts reading at the end of `deliveries` (so the warm-up's are
+    /// skipped) and returns once assigned.
+    async fn start(p: &Pipeline) -> anyhow::Result<Self> {
+        let consumer: StreamConsumer = kafka::client_config()
+            .set("group.id", format!("{}latency-observer", p.topics.prefix()))
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "latest")
+            .set("isolation.level", "read_committed")
+            // As the dispatcher's default `--fetch-wait-max`.
+            .set("fetch.wait.max.ms", "10")
+            .create()?;
+        consumer.subscribe(&[p.topics.deliveries()])?;
+        // Joined and positioned before anything is measured.
+        let deadline = tokio::time::Instant::now() + STALL;
+        while consumer.assignment()?.count() == 0 {
+            anyhow::ensure!(
+                tokio::time::Instant::now() < deadline,
+                "the latency observer was never assigned a partition"
+            );
+            // The assignment arrives through polling.
+            let _ =
+                tokio::time::timeout(std::time::Duration::from_millis(100), consumer.recv()).await;
+        }
+        let seen = Arc::new(Mutex::new(HashMap::new()));
+        let into = Arc::clone(&seen);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok(msg) = consumer.recv().await else {
+                    continue;
+                };
+                let readable_us = now_us();
+                let produced_us = match msg.timestamp() {
+                    Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => t * 1000,
+                    Timestamp::NotAvailable => continue,
+                };
+                let Some(d) = msg.payload().and_then(|v| decode::<Delivery>(v).ok()) else {
+                    continue;
+                };
+                into.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(
+                        d.delivery_id,
+                        Seen {
+                            produced_us,
+                            readable_us,
+                        },
+                    );
+            }
+        });
+        Ok(Self { seen, task })
+    }
+
+    fn seen(&self) -> HashMap<String, Seen> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The per-hop rows: each point's wait since the event was produced.
+fn hops(out: &mut Outcome, requests: &[Recorded], seen: &HashMap<String, Seen>) {
+    let (mut produced, mut readable, mut started, mut received) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut once = std::collections::HashSet::new();
+    for r in requests.iter().filter(|r| (200..300).contains(&r.status)) {
+        let id = r.header("webhook-id");
+        let (Some(sent), Some(s)) = (sent_us(&r.body), seen.get(id)) else {
+            continue;
+        };
+        if !once.insert(id) {
+            continue;
+        }
+        let since = |t: i64| (t - sent) as f64 / 1000.0;
+        produced.push(since(s.produced_us));
+        readable.push(since(s.readable_us));
+        if let Ok(t) = r.header(ATTEMPT_STARTED).parse::<i64>() {
+            started.push(since(t));
+        }
+        received.push(since(epoch_us(r.received_at)));
+    }
+    let rows = [
+        ("  → fanout produced", "hop_fanout_produced", produced),
+        ("  → readable (committed)", "hop_readable", readable),
+        ("  → dispatcher POST started", "hop_post_started", started),
+        ("  → received", "hop_received", received),
+    ];
+    for (label, key, samples) in rows {
+        let s = Summary::of(samples);
+        out.figure(
+            format!("{label} p50/p99"),
+            format!("{} / {} (n={})", ms(s.p50_ms), ms(s.p99_ms), s.n),
+            key,
+            s,
+        );
+    }
 }

@@ -4,6 +4,7 @@
 
 pub mod isolation;
 pub mod latency;
+pub mod limit;
 pub mod retry_lateness;
 pub mod throughput;
 
@@ -13,16 +14,67 @@ use anyhow::Context as _;
 use hookline_testkit::receiver::Recorded;
 use tokio::time::Instant;
 
-use crate::pipeline::{epoch_us, sent_us, Pipeline};
+use crate::{
+    bare::{self, Bare},
+    pipeline::{epoch_us, sent_us, Pipeline},
+    stats::Summary,
+};
+use hookline_envelope::Subscription;
 
-/// Names accepted on the command line, in the order `all` runs them.
-pub const ALL: &[&str] = &["throughput", "latency", "isolation", "retry_lateness"];
+/// Names accepted on the command line, in the order `all` runs them (`limit`
+/// first whenever it is named, so the others can print their ratio to it).
+pub const ALL: &[&str] = &[
+    "limit",
+    "throughput",
+    "latency",
+    "isolation",
+    "retry_lateness",
+];
 
 /// What later scenarios may use from earlier ones.
 #[derive(Debug, Default)]
 pub struct Context {
     /// Events/s the throughput scenario sustained.
     pub throughput_events_per_s: Option<f64>,
+    /// What the `limit` scenario's saturated window measured.
+    pub limit: Option<throughput::Measured>,
+    /// The `limit` scenario's rate (events/s) and end-to-end waits.
+    pub limit_latency: Option<(f64, Summary)>,
+}
+
+/// What carries the events from `events` to the receiver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    /// The three hookline processes.
+    Hookline,
+    /// The bare loops of `bare.rs`, in the bench process.
+    Bare,
+}
+
+/// Starts `path` on `p` with `subs` already written; the bare loops run until
+/// the returned value is dropped.
+pub async fn start(
+    p: &mut Pipeline,
+    path: Path,
+    subs: &[Subscription],
+) -> anyhow::Result<Option<Bare>> {
+    match path {
+        Path::Hookline => p.start().await.map(|()| None),
+        Path::Bare => {
+            let mut by_tenant: std::collections::HashMap<String, Vec<String>> =
+                std::collections::HashMap::new();
+            for s in subs {
+                by_tenant
+                    .entry(s.tenant_id.clone())
+                    .or_default()
+                    .push(s.subscription_id.clone());
+            }
+            let in_flight = subs
+                .first()
+                .map_or(16, |s| usize::try_from(s.max_in_flight).unwrap_or(16));
+            bare::start(p, by_tenant, in_flight).map(Some)
+        }
+    }
 }
 
 /// Stall after which a scenario stops waiting for deliveries and counts them.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use hookline_testkit::kafka;
 use tokio::time::Instant;
 
-use super::{warm_up, Context, STALL};
+use super::{start, warm_up, Context, Path, STALL};
 use crate::{
     params::Params,
     pipeline::{Pipeline, Spec},
@@ -25,16 +25,25 @@ pub async fn run(params: &Params, ctx: &mut Context) -> Outcome {
         Ok(p) => p,
         Err(e) => return out.failed(e),
     };
-    let result = body(&mut p, params, ctx, &mut out).await;
-    out.finish(p, result).await
+    let result = body(&mut p, params, ctx, &mut out, Path::Hookline).await;
+    out.finish(p, result.map(drop)).await
 }
 
-async fn body(
+/// What the window measured.
+#[derive(Debug, Clone, Copy)]
+pub struct Measured {
+    pub events_per_s: f64,
+    pub deliveries_per_s: f64,
+}
+
+/// Saturates `p` through `path` and adds the figures to `out`.
+pub async fn body(
     p: &mut Pipeline,
     params: &Params,
     ctx: &mut Context,
     out: &mut Outcome,
-) -> anyhow::Result<()> {
+    path: Path,
+) -> anyhow::Result<Measured> {
     let tenants: Vec<String> = (0..params.tenants).map(|t| format!("t{t}")).collect();
     let subs: Vec<_> = tenants
         .iter()
@@ -42,7 +51,7 @@ async fn body(
         .map(|(t, s)| p.subscription(&format!("{t}-s{s}"), &t, "/ok", 16))
         .collect();
     p.put_subscriptions(&subs).await?;
-    p.start().await?;
+    let _bare = start(p, path, &subs).await?;
     let mut seq = 0;
     warm_up(p, &mut seq, &tenants, params.payload).await?;
 
@@ -107,20 +116,23 @@ async fn body(
         .fold((f64::INFINITY, 0.0f64), |(lo, hi), r| {
             (lo.min(*r), hi.max(*r))
         });
-    ctx.throughput_events_per_s = Some(events_per_s);
+    if path == Path::Hookline {
+        ctx.throughput_events_per_s = Some(events_per_s);
+    }
 
     let tally = p.settle(STALL).await?;
-    out.figure(
+    let limit = ctx.limit.filter(|_| path == Path::Hookline);
+    out.versus(
         "events/s in (fanout)",
-        format!("{events_per_s:.0}"),
-        "events_per_s",
         events_per_s,
+        limit.map(|l| l.events_per_s),
+        "events_per_s",
     );
-    out.figure(
+    out.versus(
         "deliveries/s out",
-        format!("{deliveries_per_s:.0}"),
-        "deliveries_per_s",
         deliveries_per_s,
+        limit.map(|l| l.deliveries_per_s),
+        "deliveries_per_s",
     );
     out.figure(
         "deliveries/s, 5 s slices",
@@ -144,5 +156,8 @@ async fn body(
         secs,
     );
     out.deliveries = Some(tally);
-    Ok(())
+    Ok(Measured {
+        events_per_s,
+        deliveries_per_s,
+    })
 }
