@@ -20,6 +20,9 @@ pub const DEFAULT_RETRY_TIERS: [&str; DEFAULT_TIERS.len()] = {
     names
 };
 
+/// Names a retry tier cannot have: `deliveries.<name>` is another topic.
+pub const RESERVED_TIERS: [&str; 2] = ["dlq", "attempts"];
+
 /// Kafka's maximum topic name length.
 pub const MAX_TOPIC_LEN: usize = 249;
 
@@ -41,6 +44,12 @@ pub enum TopicError {
     /// A retry tier with an empty name.
     #[error("retry tier name is empty")]
     EmptyTier,
+    /// A tier whose topic would be another topic's (`dlq`, `attempts`).
+    #[error("retry tier `{tier}` would name the topic deliveries.{tier}, which is not a tier")]
+    ReservedTier {
+        /// The tier.
+        tier: String,
+    },
     /// The same tier twice.
     #[error("retry tier `{tier}` is listed twice")]
     DuplicateTier {
@@ -67,6 +76,7 @@ pub struct Topics {
     retries: Vec<(String, String)>,
     dlq: String,
     quarantine: String,
+    attempts: String,
 }
 
 impl Default for Topics {
@@ -86,6 +96,11 @@ impl Topics {
                 return Err(TopicError::EmptyTier);
             }
             check_chars("retry tier", tier)?;
+            if RESERVED_TIERS.contains(&tier) {
+                return Err(TopicError::ReservedTier {
+                    tier: tier.to_owned(),
+                });
+            }
             if tiers[..i].iter().any(|t| t.as_ref() == tier) {
                 return Err(TopicError::DuplicateTier {
                     tier: tier.to_owned(),
@@ -126,6 +141,7 @@ impl Topics {
                 .collect(),
             dlq: name("deliveries.dlq"),
             quarantine: name("events.quarantine"),
+            attempts: name("deliveries.attempts"),
             prefix,
         }
     }
@@ -175,11 +191,18 @@ impl Topics {
         &self.quarantine
     }
 
-    /// Every topic: events, subscriptions, deliveries, each retry tier, dlq, quarantine.
+    /// `{prefix}deliveries.attempts`: the attempt log, one `AttemptRecord` per attempt,
+    /// parking and dead-lettering.
+    pub fn attempts(&self) -> &str {
+        &self.attempts
+    }
+
+    /// Every topic: events, subscriptions, deliveries, each retry tier, dlq, quarantine,
+    /// attempts.
     pub fn all(&self) -> Vec<&str> {
         let mut all = vec![self.events(), self.subscriptions(), self.deliveries()];
         all.extend(self.retries().map(|(_, topic)| topic));
-        all.extend([self.dlq(), self.quarantine()]);
+        all.extend([self.dlq(), self.quarantine(), self.attempts()]);
         all
     }
 
@@ -206,6 +229,7 @@ impl Topics {
                 !tier.is_empty()
                     && check_chars("retry tier", tier).is_ok()
                     && topic != self.dlq
+                    && topic != self.attempts
                     && topic.len() <= MAX_TOPIC_LEN
             })
     }
@@ -248,6 +272,7 @@ mod tests {
                 "deliveries.retry-2h",
                 "deliveries.dlq",
                 "events.quarantine",
+                "deliveries.attempts",
             ]
         );
         assert_eq!(t, Topics::with_prefix("").unwrap());
@@ -271,12 +296,13 @@ mod tests {
         );
         assert_eq!(t.dlq(), "test-42.deliveries.dlq");
         assert_eq!(t.quarantine(), "test-42.events.quarantine");
+        assert_eq!(t.attempts(), "test-42.deliveries.attempts");
         assert!(t.all().iter().all(|n| n.starts_with("test-42.")));
     }
 
     #[test]
     fn illegal_names_are_typed_errors() {
-        let cases: [(&str, &[&str], TopicError); 5] = [
+        let cases: [(&str, &[&str], TopicError); 6] = [
             (
                 "a/b",
                 &["r"],
@@ -307,6 +333,13 @@ mod tests {
             ("", &[""], TopicError::EmptyTier),
             (
                 "",
+                &["r", "attempts"],
+                TopicError::ReservedTier {
+                    tier: "attempts".into(),
+                },
+            ),
+            (
+                "",
                 &["a", "b", "a"],
                 TopicError::DuplicateTier { tier: "a".into() },
             ),
@@ -322,14 +355,14 @@ mod tests {
 
     #[test]
     fn names_longer_than_249_are_refused() {
-        // The longest name is `{prefix}events.quarantine` (17) with short tiers.
-        let ok = "p".repeat(MAX_TOPIC_LEN - "events.quarantine".len());
+        // The longest name is `{prefix}deliveries.attempts` (19) with short tiers.
+        let ok = "p".repeat(MAX_TOPIC_LEN - "deliveries.attempts".len());
         assert!(Topics::new(&ok, &["r"]).is_ok());
         let long = format!("{ok}p");
         match Topics::new(&long, &["r"]) {
             Err(TopicError::TooLong { len, topic }) => {
                 assert_eq!(len, 250);
-                assert_eq!(topic, format!("{long}events.quarantine"));
+                assert_eq!(topic, format!("{long}deliveries.attempts"));
             }
             other => panic!("expected TooLong, got {other:?}"),
         }
@@ -353,6 +386,7 @@ mod tests {
         }
         for topic in [
             "p.deliveries.dlq",
+            "p.deliveries.attempts",
             "p.events.quarantine",
             "p.subscriptions",
             "p.deliveries.",
