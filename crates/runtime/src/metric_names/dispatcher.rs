@@ -35,6 +35,8 @@ pub const DISPATCHER_FOLLOW_UP_ERRORS: &str = "hookline_dispatcher_follow_up_err
 /// Transactions of follow-ups and offsets, by `outcome` (`committed`,
 /// `aborted`, `fenced`).
 pub const DISPATCHER_TRANSACTIONS: &str = "hookline_dispatcher_transactions_total";
+/// Attempt-log records committed to `deliveries.attempts`.
+pub const DISPATCHER_ATTEMPT_RECORDS: &str = "hookline_dispatcher_attempt_records_total";
 /// How long a transaction took, by `outcome`.
 pub const DISPATCHER_TRANSACTION_DURATION: &str =
     "hookline_dispatcher_transaction_duration_seconds";
@@ -140,6 +142,10 @@ pub(super) fn describe() {
     metrics::describe_counter!(
         DISPATCHER_FOLLOW_UP_ERRORS,
         "Retry, dead-letter or quarantined records whose transaction failed (they go into the next)."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_ATTEMPT_RECORDS,
+        "Attempt-log records committed to deliveries.attempts."
     );
     metrics::describe_counter!(
         DISPATCHER_TRANSACTIONS,
