@@ -9,6 +9,7 @@ use std::{
 };
 
 use crate::{
+    attempt_log::{self, AttemptLog, Attempted, Logged},
     events,
     handoff::{Handoff, Written},
     outcome::{plan, unattempted as unattempted_letter, AttemptFacts, FollowUp, RetryPolicy},
@@ -35,6 +36,17 @@ pub(crate) struct AttemptContext {
     pub secrets: SecretStore,
     pub topics: Topics,
     pub retry_policy: RetryPolicy,
+    /// `None` with `--attempt-log=false`.
+    pub attempt_log: Option<AttemptLog>,
+}
+
+impl AttemptContext {
+    /// The retry tier the record at `key` was read from; `None` for `deliveries`
+    /// (the engine's inputs are `deliveries`, then the tiers in ladder order).
+    pub(crate) fn tier_read_from(&self, key: Key) -> Option<&str> {
+        let tier = usize::from(key.0.input).checked_sub(1)?;
+        self.topics.retries().nth(tier).map(|(name, _)| name)
+    }
 }
 
 impl std::fmt::Debug for AttemptContext {
@@ -82,8 +94,9 @@ pub(crate) enum Finished {
 /// How an attempt task ended, for the engine.
 #[derive(Debug)]
 pub(crate) enum Ended {
-    /// Nothing more to write (delivered): finish the source offset now.
-    Done,
+    /// Nothing more to write (delivered): finish the source offset now, after
+    /// queueing its attempt-log record (`engine/commit.rs`).
+    Done(Vec<Logged>),
     /// A follow-up to commit with the source offset, and what the attempt said
     /// of its endpoint's health (for its breaker).
     Handoff(Box<Handoff>, Signal),
@@ -109,6 +122,7 @@ pub(crate) async fn run(
     let classification = classify(&result, now);
     let signal = Signal::of(&classification);
     let took = clock.elapsed();
+    let responded = attempt_log::responded(&result);
     let facts = AttemptFacts {
         classification,
         started_ms: epoch::millis(started),
@@ -122,9 +136,27 @@ pub(crate) async fn run(
         took,
     }
     .emit();
+    let log = ctx.attempt_log.as_ref().map_or_else(Vec::new, |log| {
+        let tier = match &follow_up {
+            FollowUp::Retry { tier, .. } => ctx.topics.retries().nth(*tier).map(|(n, _)| n),
+            _ => None,
+        };
+        log.attempted(&Attempted {
+            delivery: &delivery,
+            facts: &facts,
+            responded,
+            took_ms: i64::try_from(took.as_millis()).unwrap_or(i64::MAX),
+            follow_up: &follow_up,
+            tier,
+            from_tier: ctx.tier_read_from(key),
+        })
+        .iter()
+        .map(|r| log.logged(r))
+        .collect()
+    });
     let record_key = Some(delivery.tenant_id.as_bytes().to_vec());
     let (topic, value, written) = match follow_up {
-        FollowUp::Done => return Ended::Done,
+        FollowUp::Done => return Ended::Done(log),
         FollowUp::Retry { tier, record } => {
             let Some((name, topic)) = ctx.topics.retries().nth(tier) else {
                 events::NoSuchRetryTier { tier }.emit();
@@ -155,6 +187,7 @@ pub(crate) async fn run(
             value,
             written,
             disable: None,
+            log,
         }),
         signal,
     )
@@ -179,6 +212,9 @@ pub(crate) fn unattempted(
         reason,
     }
     .emit();
+    let log = ctx.attempt_log.as_ref().map_or_else(Vec::new, |log| {
+        vec![log.logged(&log.dead_lettered(&letter, ctx.tier_read_from(key)))]
+    });
     Handoff {
         key,
         topic: ctx.topics.dlq().to_owned(),
@@ -191,6 +227,7 @@ pub(crate) fn unattempted(
             tenant_id,
         },
         disable: None,
+        log,
     }
 }
 

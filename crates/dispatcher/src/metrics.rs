@@ -25,6 +25,7 @@ pub(crate) fn describe() {
             .absolute(0);
     }
     metrics::counter!(m::DISPATCHER_EGRESS_DENIED).absolute(0);
+    metrics::counter!(m::DISPATCHER_ATTEMPT_RECORDS).absolute(0);
     metrics::counter!(m::DISPATCHER_FOLLOW_UP_ERRORS).absolute(0);
     for reason in QuarantineReason::ALL {
         metrics::counter!(m::DISPATCHER_QUARANTINED, label::REASON => reason.as_str()).absolute(0);
@@ -108,6 +109,10 @@ pub(crate) fn transaction(outcome: &'static str, took: Duration) {
     metrics::counter!(m::DISPATCHER_TRANSACTIONS, label::OUTCOME => outcome).increment(1);
     metrics::histogram!(m::DISPATCHER_TRANSACTION_DURATION, label::OUTCOME => outcome)
         .record(took.as_secs_f64());
+}
+
+pub(crate) fn attempt_log_written(records: usize) {
+    metrics::counter!(m::DISPATCHER_ATTEMPT_RECORDS).increment(records as u64);
 }
 
 pub(crate) fn quarantined(reason: QuarantineReason) {
