@@ -126,6 +126,8 @@ pub(crate) fn paused() {
 /// The engine's gauges, set on every tick.
 pub(crate) struct Gauges {
     pub in_flight: usize,
+    /// `(class, attempts)`: `first_attempt` (from `deliveries`) and `retry` (from a tier).
+    pub in_flight_by_class: [(&'static str, usize); 2],
     pub lanes: usize,
     pub rate_limited: usize,
     pub buffered: usize,
@@ -145,6 +147,9 @@ pub(crate) struct TierGauges {
 
 pub(crate) fn gauges(g: &Gauges) {
     metrics::gauge!(m::DISPATCHER_IN_FLIGHT).set(g.in_flight as f64);
+    for (class, n) in g.in_flight_by_class {
+        metrics::gauge!(m::DISPATCHER_IN_FLIGHT_BY_CLASS, label::CLASS => class).set(n as f64);
+    }
     metrics::gauge!(m::DISPATCHER_LANES).set(g.lanes as f64);
     metrics::gauge!(m::DISPATCHER_RATE_LIMITED_SUBSCRIPTIONS).set(g.rate_limited as f64);
     metrics::gauge!(m::DISPATCHER_BUFFERED_RECORDS).set(g.buffered as f64);

@@ -48,8 +48,10 @@ impl Engine {
             })
             .collect();
         let lanes = self.machine.lanes();
+        let (first_attempts, retries) = self.machine.running_attempts_by_class();
         metrics::gauges(&metrics::Gauges {
             in_flight: self.machine.running_attempts(),
+            in_flight_by_class: [("first_attempt", first_attempts), ("retry", retries)],
             lanes: lanes.lane_count(),
             rate_limited: lanes.rate_limited_subscriptions(),
             buffered: lanes.buffered_records(),

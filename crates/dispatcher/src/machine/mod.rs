@@ -548,6 +548,27 @@ impl Machine {
             .count()
     }
 
+    /// Attempts in flight by class: `(first attempts, retries)`, a retry being
+    /// a record of a tier (it draws on the retry share).
+    pub(crate) fn running_attempts_by_class(&self) -> (usize, usize) {
+        let mut by_class = (0, 0);
+        for (key, run) in &self.running {
+            if !matches!(run, Running::Attempt { .. }) {
+                continue;
+            }
+            let retry = self
+                .inputs
+                .get(usize::from(key.0.input))
+                .is_some_and(Input::retry);
+            if retry {
+                by_class.1 += 1;
+            } else {
+                by_class.0 += 1;
+            }
+        }
+        by_class
+    }
+
     /// Gives up on running work matching `which`: its offsets stay unfinished
     /// (re-attempted by whoever reads them next). Returns the keys, for the
     /// adapter to cancel.

@@ -211,6 +211,11 @@ fn an_attempt_with_a_follow_up_frees_its_slot_but_not_its_offset() {
     assert_eq!(m.lowest_unfinished(D), Some(0), "its offset is not");
     assert!(m.is_running(|k| *k == (D, 0)), "a pending write");
     assert_eq!(m.running_attempts(), 1);
+    assert_eq!(
+        m.running_attempts_by_class(),
+        (1, 0),
+        "a pending write is no attempt"
+    );
     m.complete((D, 0), Finished::Durable);
     assert_eq!(m.lowest_unfinished(D), Some(1));
     // An abandoned follow-up (a revoke) leaves its offset unfinished.
@@ -754,4 +759,20 @@ fn a_lost_probe_lets_the_next_delivery_probe() {
     m.panicked((D, 10), probe_at, &dir);
     // Queued again and started again: as the probe, not parked.
     assert_eq!(start(&mut m, probe_at, &dir), vec![(D, 10)]);
+}
+
+#[test]
+fn attempts_in_flight_are_counted_by_class() {
+    let dir = Dir::with(&[("a", 4, true), ("b", 4, true)]);
+    let mut m = machine(100);
+    push(&mut m, D, 0, &delivery("a", t(0)), t(0), &dir);
+    push(&mut m, D, 1, &delivery("a", t(1)), t(0), &dir);
+    push(&mut m, R, 0, &delivery("b", t(0)), t(0), &dir);
+    let started = start(&mut m, t(10), &dir);
+    assert_eq!(started.len(), 3, "{started:?}");
+    assert_eq!(m.running_attempts_by_class(), (2, 1));
+    m.complete((R, 0), Finished::Durable);
+    m.complete((D, 0), Finished::Durable);
+    assert_eq!(m.running_attempts_by_class(), (1, 0));
+    assert_eq!(m.running_attempts(), 1);
 }

@@ -7,6 +7,9 @@ pub const DISPATCHER_ATTEMPTS: &str = "hookline_dispatcher_attempts_total";
 pub const DISPATCHER_ATTEMPT_DURATION: &str = "hookline_dispatcher_attempt_duration_seconds";
 /// Attempts in flight now.
 pub const DISPATCHER_IN_FLIGHT: &str = "hookline_dispatcher_in_flight";
+/// Attempts in flight now by `class`: `first_attempt` (read from `deliveries`)
+/// or `retry` (read from a retry tier).
+pub const DISPATCHER_IN_FLIGHT_BY_CLASS: &str = "hookline_dispatcher_attempts_in_flight";
 /// Lanes (per subscription, first attempts and retries apart) with queued records.
 pub const DISPATCHER_LANES: &str = "hookline_dispatcher_lanes";
 /// Subscriptions with queued records held back by their `rate_limit_per_s` now.
@@ -101,6 +104,10 @@ pub(super) fn describe() {
         "Duration of one attempt: connect, send and read the capped response."
     );
     metrics::describe_gauge!(DISPATCHER_IN_FLIGHT, "Attempts in flight.");
+    metrics::describe_gauge!(
+        DISPATCHER_IN_FLIGHT_BY_CLASS,
+        "Attempts in flight by class: first_attempt or retry."
+    );
     metrics::describe_gauge!(DISPATCHER_LANES, "Lanes with queued records.");
     metrics::describe_gauge!(
         DISPATCHER_RATE_LIMITED_SUBSCRIPTIONS,
