@@ -142,6 +142,7 @@ pub(crate) struct TierGauges {
     pub tier: &'static str,
     pub oldest_due_age: Duration,
     pub waiting: usize,
+    pub due: usize,
     pub paused: usize,
 }
 
@@ -165,6 +166,7 @@ pub(crate) fn gauges(g: &Gauges) {
             .set(t.waiting as f64);
         metrics::gauge!(m::DISPATCHER_TIER_PAUSED_PARTITIONS, label::TIER => t.tier)
             .set(t.paused as f64);
+        metrics::gauge!(m::DISPATCHER_TIER_DUE_RECORDS, label::TIER => t.tier).set(t.due as f64);
     }
 }
 

@@ -44,6 +44,7 @@ impl Engine {
                 tier: input.label,
                 oldest_due_age: age(c.oldest_ready),
                 waiting: c.waiting,
+                due: c.due,
                 paused: c.not_due,
             })
             .collect();

@@ -177,6 +177,11 @@ pub(crate) struct InputCounts {
     pub waiting: usize,
     /// Partitions held until their head is due.
     pub not_due: usize,
+    /// Due and not yet started: queued, or a held head past its due time. In a
+    /// tier every record behind a head is due no earlier than it, so a paused
+    /// head not yet due hides nothing due; records a full buffer left
+    /// unfetched are not counted (the consumer lag bounds them).
+    pub due: usize,
     /// The oldest ready-since time among them.
     pub oldest_ready: Option<SystemTime>,
 }
@@ -618,6 +623,7 @@ impl Machine {
             let c = &mut counts[usize::from(part.input)];
             earlier(&mut c.oldest_ready, q.ready_since);
             c.waiting += 1;
+            c.due += 1;
         }
         for (part, _) in self.running.keys() {
             counts[usize::from(part.input)].waiting += 1;
@@ -630,6 +636,7 @@ impl Machine {
             c.waiting += 1;
             if until <= now {
                 earlier(&mut c.oldest_ready, until);
+                c.due += 1;
             }
         }
         counts

@@ -622,6 +622,12 @@ fn waiting_counts_include_a_head_past_due() {
     push(&mut m, R, 0, &delivery("s", t(1_000)), t(0), &dir);
     let counts = m.counts(t(2_000));
     assert_eq!(counts[0].waiting, 2, "one queued, one in flight");
+    assert_eq!(
+        counts[0].due, 1,
+        "the queued one; in flight is not waiting to start"
+    );
+    assert_eq!(counts[1].due, 1, "the head past due");
+    assert_eq!(m.counts(t(500))[1].due, 0, "the head before its due time");
     assert_eq!(counts[0].oldest_ready, Some(t(0)));
     assert_eq!(counts[1].not_due, 1);
     assert_eq!(counts[1].waiting, 1);

@@ -61,6 +61,9 @@ pub const DISPATCHER_BACKPRESSURE_PAUSES: &str = "hookline_dispatcher_backpressu
 pub const DISPATCHER_TIER_OLDEST_DUE_AGE: &str = "hookline_dispatcher_tier_oldest_due_age_seconds";
 /// Per retry tier: records buffered or in flight, plus one per paused head.
 pub const DISPATCHER_TIER_WAITING_RECORDS: &str = "hookline_dispatcher_tier_waiting_records";
+/// Per retry tier: records due and not yet started (fetched ones, plus a held
+/// head past due).
+pub const DISPATCHER_TIER_DUE_RECORDS: &str = "hookline_dispatcher_tier_due_records";
 /// Per retry tier: partitions paused until their head is due.
 pub const DISPATCHER_TIER_PAUSED_PARTITIONS: &str = "hookline_dispatcher_tier_paused_partitions";
 /// Retry records written, by tier.
@@ -79,6 +82,10 @@ pub(super) fn describe() {
     metrics::describe_gauge!(
         DISPATCHER_TIER_WAITING_RECORDS,
         "Per retry tier, records buffered or in flight plus paused heads."
+    );
+    metrics::describe_gauge!(
+        DISPATCHER_TIER_DUE_RECORDS,
+        "Per retry tier, records due and not yet started (fetched, or a held head past due)."
     );
     metrics::describe_gauge!(
         DISPATCHER_TIER_PAUSED_PARTITIONS,
