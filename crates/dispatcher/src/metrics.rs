@@ -49,6 +49,7 @@ pub(crate) fn describe() {
 pub(crate) fn describe_tiers(tiers: &[&'static str]) {
     for tier in tiers {
         metrics::counter!(m::DISPATCHER_RETRIES_WRITTEN, label::TIER => *tier).absolute(0);
+        metrics::counter!(m::DISPATCHER_TIER_PROMOTIONS, label::TIER => *tier).absolute(0);
         for reason in ParkReason::ALL {
             metrics::counter!(m::DISPATCHER_PARKED, label::TIER => *tier, label::REASON => reason.as_str())
                 .absolute(0);
@@ -76,6 +77,10 @@ pub(crate) fn breaker_transition(t: Transition) {
 pub(crate) fn subscription_disabled(reason: DisabledReason) {
     metrics::counter!(m::DISPATCHER_SUBSCRIPTIONS_DISABLED, label::REASON => reason.as_str())
         .increment(1);
+}
+
+pub(crate) fn promoted(tier: &'static str) {
+    metrics::counter!(m::DISPATCHER_TIER_PROMOTIONS, label::TIER => tier).increment(1);
 }
 
 pub(crate) fn retry_lateness(tier: &'static str, late: Duration) {

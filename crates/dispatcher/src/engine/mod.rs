@@ -613,6 +613,7 @@ fn emit(note: Note, topics: &[String]) {
         .emit(),
         Note::Panicked(key) => events::AttemptPanicked { key: &key }.emit(),
         Note::RetryLate { label, late } => metrics::retry_lateness(label, late),
+        Note::Promoted { label } => metrics::promoted(label),
         Note::Breaker {
             subscription_id,
             transition,

@@ -122,6 +122,9 @@ pub(crate) enum Note {
     Panicked(Key),
     /// A retry started this late after it was due.
     RetryLate { label: &'static str, late: Duration },
+    /// A tier partition held until its head was due is fetched again: the
+    /// head's due time came (a promotion of the tier).
+    Promoted { label: &'static str },
     /// A subscription's breaker changed state.
     Breaker {
         subscription_id: String,
@@ -489,6 +492,15 @@ impl Machine {
     pub(crate) fn on_due(&mut self, now: SystemTime) {
         let mut out = Vec::new();
         self.gate.due(now, &mut out);
+        for action in &out {
+            if let GateAction::Resume(part) = action {
+                if let Some(input) = self.inputs.get(usize::from(part.input)) {
+                    if input.retry() {
+                        self.notes.push(Note::Promoted { label: input.label });
+                    }
+                }
+            }
+        }
         self.gate_actions(out);
     }
 

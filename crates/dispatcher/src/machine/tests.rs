@@ -392,10 +392,13 @@ fn tier_head_not_due_is_rewound_and_released_at_its_due_time() {
     let notes = m.take_notes();
     assert_eq!(
         notes,
-        vec![Note::RetryLate {
-            label: "retry-10s",
-            late: Duration::ZERO
-        }]
+        vec![
+            Note::Promoted { label: "retry-10s" },
+            Note::RetryLate {
+                label: "retry-10s",
+                late: Duration::ZERO
+            }
+        ]
     );
 }
 

@@ -64,6 +64,9 @@ pub const DISPATCHER_TIER_WAITING_RECORDS: &str = "hookline_dispatcher_tier_wait
 /// Per retry tier: records due and not yet started (fetched ones, plus a held
 /// head past due).
 pub const DISPATCHER_TIER_DUE_RECORDS: &str = "hookline_dispatcher_tier_due_records";
+/// Per retry tier: partitions fetched again because their held head fell due
+/// (promotions); their rate is the tier's resume rate.
+pub const DISPATCHER_TIER_PROMOTIONS: &str = "hookline_dispatcher_tier_promotions_total";
 /// Per retry tier: partitions paused until their head is due.
 pub const DISPATCHER_TIER_PAUSED_PARTITIONS: &str = "hookline_dispatcher_tier_paused_partitions";
 /// Retry records written, by tier.
@@ -82,6 +85,10 @@ pub(super) fn describe() {
     metrics::describe_gauge!(
         DISPATCHER_TIER_WAITING_RECORDS,
         "Per retry tier, records buffered or in flight plus paused heads."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_TIER_PROMOTIONS,
+        "Per retry tier, partitions fetched again because their held head fell due."
     );
     metrics::describe_gauge!(
         DISPATCHER_TIER_DUE_RECORDS,
