@@ -242,8 +242,11 @@ async fn trace_shows_retries_a_replay_and_a_cancellation_in_order_from_topic_and
             .await,
         "the replay never arrived"
     );
-    // Every attempt record is committed (the offsets of the replay's attempt too).
-    kafka::wait_committed_to_end(&group, env.topics.deliveries(), Duration::from_secs(30)).await;
+    // Every attempt record is committed: each is in (or before) the transaction
+    // that moves its record's offset, here to the end of every topic read.
+    for topic in [env.topics.deliveries(), &tiers[0], &tiers[1]] {
+        kafka::wait_committed_to_end(&group, topic, Duration::from_secs(30)).await;
+    }
     let attempts = env.topics.attempts().to_owned();
     // Data records only (the high watermark counts transaction markers too).
     let total = kafka::read_to_end(&attempts).await.unwrap().len();
