@@ -159,6 +159,7 @@ SUBSCRIPTION = {
     "rate_limit_per_s": 0.1,
     "disabled_reason": None,
     "disabled_at": None,
+    "ordering": "unordered",
     "version": I64_MAX,
     "updated_at": -1,
 }
@@ -268,7 +269,7 @@ SAMPLES = [
     ("DomainEvent", {**EVENT, "payload": b"", "attributes": {}, "event_id": ""}),
     ("Subscription", SUBSCRIPTION),
     ("Subscription", {**SUBSCRIPTION, "rate_limit_per_s": None, "event_types": [], "enabled": False,
-                      "disabled_reason": "gone", "disabled_at": T0}),
+                      "disabled_reason": "gone", "disabled_at": T0, "ordering": "strict"}),
     ("Delivery", DELIVERY),
     ("Delivery", DELIVERY_FIRST),
     ("DeadLetter", DEAD_LETTER),

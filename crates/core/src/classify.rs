@@ -147,12 +147,15 @@ pub enum DeadLetterReason {
     /// Its subscription was deleted (or now belongs to another tenant): kept, not
     /// attempted, so that `inspect` counts it and nothing vanishes silently.
     Cancelled,
+    /// The head of a strictly ordered subscription waited longer than
+    /// `--strict-head-wait` in backoff: dead-lettered so that the later ones go on.
+    HeadWait,
 }
 
 impl DeadLetterReason {
     /// Every reason a dead letter can carry.
-    pub const ALL: [DeadLetterReason; 3 + RejectReason::ALL.len()] = {
-        let mut all = [Self::Exhausted; 3 + RejectReason::ALL.len()];
+    pub const ALL: [DeadLetterReason; 4 + RejectReason::ALL.len()] = {
+        let mut all = [Self::Exhausted; 4 + RejectReason::ALL.len()];
         let mut i = 0;
         while i < RejectReason::ALL.len() {
             all[i + 1] = Self::Rejected(RejectReason::ALL[i]);
@@ -160,6 +163,7 @@ impl DeadLetterReason {
         }
         all[i + 1] = Self::SubscriptionDisabled;
         all[i + 2] = Self::Cancelled;
+        all[i + 3] = Self::HeadWait;
         all
     };
 
@@ -170,6 +174,7 @@ impl DeadLetterReason {
             Self::Rejected(reason) => reason.as_str(),
             Self::SubscriptionDisabled => "subscription_disabled",
             Self::Cancelled => "cancelled",
+            Self::HeadWait => "head_wait",
         }
     }
 }
@@ -566,7 +571,8 @@ mod tests {
                 "payload_too_large",
                 "invalid_url",
                 "subscription_disabled",
-                "cancelled"
+                "cancelled",
+                "head_wait"
             ]
         );
     }

@@ -15,6 +15,11 @@
 //! records. A lane whose bucket is empty is skipped by the round robin like a lane
 //! at its cap, so other lanes keep flowing; [`Lanes::next_rate_wakeup`] says when
 //! it may start again. Lanes without a rate behave exactly as if rates did not exist.
+//!
+//! A started job can be given back to the *front* of its lane, not to start again
+//! before a time ([`Lanes::defer`]): its slots are freed meanwhile, its buffer share
+//! stays held, and nothing behind it in its lane starts first. This is how a strict
+//! subscription's head waits out its backoff in place (`ordering = strict`).
 
 use std::collections::{hash_map::Entry, BTreeMap, HashMap, VecDeque};
 use std::time::SystemTime;
@@ -203,6 +208,9 @@ pub struct Lanes<P> {
     buckets: HashMap<String, TokenBucket>,
     /// The latest `now` passed in; rate decisions never see time go backwards.
     clock: Option<SystemTime>,
+    /// Lanes whose head was given back by [`defer`](Self::defer): the head's
+    /// (partition, offset) and the time before which it may not start.
+    deferred: HashMap<LaneId, (P, i64, SystemTime)>,
 }
 
 impl<P: Ord + Clone> Lanes<P> {
@@ -222,6 +230,7 @@ impl<P: Ord + Clone> Lanes<P> {
             held_bytes: 0,
             buckets: HashMap::new(),
             clock: None,
+            deferred: HashMap::new(),
         })
     }
 
@@ -336,6 +345,7 @@ impl<P: Ord + Clone> Lanes<P> {
         let id = self.ring.remove(index).expect("index from position");
         let lane = self.lanes.get_mut(&id).expect("ring and lanes agree");
         let started = lane.pop_front().expect("lanes in the ring are non-empty");
+        self.deferred.remove(&id);
         if lane.is_empty() {
             self.lanes.remove(&id);
         } else {
@@ -388,6 +398,11 @@ impl<P: Ord + Clone> Lanes<P> {
             return false;
         };
         let job = &head.job;
+        if let Some((partition, offset, not_before)) = self.deferred.get(id) {
+            if *partition == job.partition && *offset == job.offset && now < *not_before {
+                return false;
+            }
+        }
         let sub_ok = self
             .subs
             .get(&job.lane.subscription_id)
@@ -411,6 +426,67 @@ impl<P: Ord + Clone> Lanes<P> {
             .map(|b| b.next_start())
             .filter(|t| *t > now)
             .min()
+    }
+
+    /// The earliest time a deferred head (see [`defer`](Self::defer)) may start,
+    /// when one is still waiting as of the latest `now`.
+    pub fn next_deferred_wakeup(&self) -> Option<SystemTime> {
+        let now = self.clock?;
+        self.deferred
+            .iter()
+            .filter(|(id, (partition, offset, _))| {
+                self.lanes
+                    .get(*id)
+                    .and_then(VecDeque::front)
+                    .is_some_and(|h| h.job.partition == *partition && h.job.offset == *offset)
+            })
+            .map(|(_, (_, _, t))| *t)
+            .filter(|t| *t > now)
+            .min()
+    }
+
+    /// Gives a started job back to the front of its lane, not to start before
+    /// `not_before`: its subscription, tenant, retry and global slots are freed,
+    /// its buffer share stays held, and the records behind it in its lane wait
+    /// behind it (whatever their subscription's `max_in_flight`, they start only
+    /// after it, since a lane starts in order). It starts again through
+    /// [`pop_ready_at`](Self::pop_ready_at), or is dropped with its partition.
+    pub fn defer(&mut self, started: Started<P>, not_before: SystemTime) -> Result<(), LaneError> {
+        let offset = started.job.offset;
+        let key = (started.job.partition.clone(), offset);
+        let info = self
+            .in_flight
+            .remove(&key)
+            .ok_or(LaneError::NotInFlight { offset })?;
+        let sub = self.subs.entry(info.subscription.clone()).or_default();
+        sub.in_flight = sub.in_flight.saturating_sub(1);
+        sub.queued += 1;
+        sub.max_in_flight = sub.max_in_flight.max(1);
+        if let Some(count) = self.tenants.get_mut(&info.tenant) {
+            *count -= 1;
+            if *count == 0 {
+                self.tenants.remove(&info.tenant);
+            }
+        }
+        if info.retry {
+            self.retry_in_flight -= 1;
+        }
+        self.partitions
+            .entry(key.0.clone())
+            .or_default()
+            .queued
+            .insert(offset, started.enqueued_at);
+        let id = (started.job.lane.clone(), started.job.retry);
+        self.deferred
+            .insert(id.clone(), (key.0, offset, not_before));
+        match self.lanes.entry(id) {
+            Entry::Occupied(mut lane) => lane.get_mut().push_front(started),
+            Entry::Vacant(slot) => {
+                self.ring.push_back(slot.key().clone());
+                slot.insert(VecDeque::from([started]));
+            }
+        }
+        Ok(())
     }
 
     /// Subscriptions with queued records whose rate limit holds them back now.
@@ -478,6 +554,7 @@ impl<P: Ord + Clone> Lanes<P> {
         self.lanes.retain(|_, queue| !queue.is_empty());
         let lanes = &self.lanes;
         self.ring.retain(|id| lanes.contains_key(id));
+        self.deferred.retain(|_, (p, _, _)| p != partition);
         self.subs.retain(|_, s| s.queued > 0 || s.in_flight > 0);
         self.release(partition, offsets.len(), bytes);
         offsets

@@ -529,3 +529,61 @@ fn oldest_enqueued_tracks_queued_records_only() {
 
 #[path = "lanes_props.rs"]
 mod props;
+
+#[test]
+fn a_deferred_head_holds_its_lane_until_due_and_frees_its_slots() {
+    let mut lanes = Lanes::new(caps(1, 1, 100)).unwrap();
+    for offset in 0..3 {
+        let _ = lanes
+            .push(job(0, offset, "strict", "t1", false, 10), 1, at(0))
+            .unwrap();
+    }
+    let _ = lanes
+        .push(job(0, 3, "other", "t2", false, 10), 1, at(0))
+        .unwrap();
+    let head = lanes.pop_ready_at(at(0)).unwrap();
+    assert_eq!(head.job.offset, 0);
+    lanes.defer(head, at(500)).unwrap();
+    // Its global slot is free: another subscription starts; nothing behind the head does.
+    assert_eq!(lanes.in_flight(), 0);
+    assert_eq!(
+        lanes.buffered_records(),
+        4,
+        "the deferred head stays buffered"
+    );
+    let other = lanes.pop_ready_at(at(100)).unwrap();
+    assert_eq!(other.job.lane.subscription_id, "other");
+    lanes.complete(&other).unwrap();
+    assert!(
+        lanes.pop_ready_at(at(499)).is_none(),
+        "nothing starts before the head is due"
+    );
+    assert_eq!(lanes.next_deferred_wakeup(), Some(at(500)));
+    let again = lanes.pop_ready_at(at(500)).unwrap();
+    assert_eq!(again.job.offset, 0, "the head starts again first");
+    assert_eq!(lanes.next_deferred_wakeup(), None);
+    lanes.complete(&again).unwrap();
+    assert_eq!(started_ids(&mut lanes), ids(&[("strict", 1)]));
+}
+
+#[test]
+fn a_deferred_head_is_dropped_with_its_partition() {
+    let mut lanes = Lanes::new(caps(4, 4, 100)).unwrap();
+    let _ = lanes
+        .push(job(0, 0, "s", "t", false, 10), 1, at(0))
+        .unwrap();
+    let _ = lanes
+        .push(job(0, 1, "s", "t", false, 10), 1, at(0))
+        .unwrap();
+    let head = lanes.pop_ready_at(at(0)).unwrap();
+    lanes.defer(head.clone(), at(1_000)).unwrap();
+    assert_eq!(lanes.drop_partition(&0), vec![0, 1]);
+    assert!(lanes.is_idle());
+    assert_eq!(lanes.next_deferred_wakeup(), None);
+    assert!(lanes.defer(head, at(0)).is_err(), "no longer in flight");
+    // Pushed again (fetched afresh), it starts at once.
+    let _ = lanes
+        .push(job(0, 0, "s", "t", false, 10), 1, at(2))
+        .unwrap();
+    assert_eq!(lanes.pop_ready_at(at(2)).map(|s| s.job.offset), Some(0));
+}

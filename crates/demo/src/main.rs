@@ -147,6 +147,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             rate_limit_per_s: None,
             disabled_reason: None,
             disabled_at: None,
+            ordering: "unordered".into(),
             version: 1,
             updated_at: hookline_core::epoch::millis(std::time::SystemTime::now()),
         };

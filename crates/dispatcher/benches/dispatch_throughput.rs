@@ -131,6 +131,7 @@ async fn main() {
             rate_limit_per_s: None,
             disabled_reason: None,
             disabled_at: None,
+            ordering: "unordered".into(),
             version: 1,
             updated_at: epoch::millis(SystemTime::now()),
         })

@@ -12,7 +12,7 @@ use crate::{
     attempt_log::{self, AttemptLog, Attempted, Logged},
     events,
     handoff::{Handoff, Written},
-    outcome::{plan, unattempted as unattempted_letter, AttemptFacts, FollowUp, RetryPolicy},
+    outcome::{self, plan, unattempted as unattempted_letter, AttemptFacts, FollowUp, RetryPolicy},
     part::{Key, NoTarget},
 };
 use bytes::Bytes;
@@ -36,16 +36,23 @@ pub(crate) struct AttemptContext {
     pub secrets: SecretStore,
     pub topics: Topics,
     pub retry_policy: RetryPolicy,
+    /// How long a strictly ordered subscription's head may wait in backoff.
+    pub strict_head_wait: std::time::Duration,
     /// `None` with `--attempt-log=false`.
     pub attempt_log: Option<AttemptLog>,
+    /// Per engine input (indexed like them): its retry tier's name, `None` for
+    /// `deliveries` and `deliveries.strict`.
+    pub input_tiers: Vec<Option<&'static str>>,
 }
 
 impl AttemptContext {
-    /// The retry tier the record at `key` was read from; `None` for `deliveries`
-    /// (the engine's inputs are `deliveries`, then the tiers in ladder order).
-    pub(crate) fn tier_read_from(&self, key: Key) -> Option<&str> {
-        let tier = usize::from(key.0.input).checked_sub(1)?;
-        self.topics.retries().nth(tier).map(|(name, _)| name)
+    /// The retry tier the record at `key` was read from; `None` for
+    /// `deliveries` and `deliveries.strict`.
+    pub(crate) fn tier_read_from(&self, key: Key) -> Option<&'static str> {
+        self.input_tiers
+            .get(usize::from(key.0.input))
+            .copied()
+            .flatten()
     }
 }
 
@@ -102,15 +109,22 @@ pub(crate) enum Ended {
     Handoff(Box<Handoff>, Signal),
     /// Nothing can be written (no topic for the tier): leave the offset unfinished.
     Abandoned,
+    /// A strictly ordered delivery to try again in place: `record` (this attempt
+    /// counted, due at its `due_at`) goes back to the head of its lane; its
+    /// attempt-log record is queued like a delivered one's (its offset stays
+    /// below it meanwhile).
+    Hold(Box<Delivery>, Signal, Vec<Logged>),
 }
 
-/// Runs one attempt of `delivery` (the record at `key`) and decides its follow-up.
+/// Runs one attempt of `delivery` (the record at `key`) and decides its follow-up;
+/// a `strict` one (from `deliveries.strict`) is held in place instead of retried
+/// on a tier (`outcome::strict`).
 pub(crate) async fn run(
     ctx: Arc<AttemptContext>,
     key: Key,
     delivery: Delivery,
     target: Target,
-    refusal: Option<Refusal>,
+    (refusal, strict): (Option<Refusal>, bool),
 ) -> Ended {
     let started = SystemTime::now();
     let clock = Instant::now();
@@ -129,7 +143,10 @@ pub(crate) async fn run(
         now_ms: epoch::millis(now),
         detail: detail.as_deref(),
     };
-    let follow_up = plan(&delivery, &facts, &ctx.retry_policy, rand::random::<f64>());
+    let mut follow_up = plan(&delivery, &facts, &ctx.retry_policy, rand::random::<f64>());
+    if strict {
+        follow_up = outcome::strict(follow_up, &facts, &ctx.retry_policy, ctx.strict_head_wait);
+    }
     events::AttemptEnded {
         delivery: &delivery,
         facts: &facts,
@@ -157,6 +174,7 @@ pub(crate) async fn run(
     let record_key = Some(delivery.tenant_id.as_bytes().to_vec());
     let (topic, value, written) = match follow_up {
         FollowUp::Done => return Ended::Done(log),
+        FollowUp::Hold { record } => return Ended::Hold(record, signal, log),
         FollowUp::Retry { tier, record } => {
             let Some((name, topic)) = ctx.topics.retries().nth(tier) else {
                 events::NoSuchRetryTier { tier }.emit();

@@ -113,6 +113,7 @@ impl AttemptLog {
         let outcome = match a.follow_up {
             FollowUp::Done => "delivered",
             FollowUp::Retry { .. } => "retried",
+            FollowUp::Hold { .. } => "held",
             FollowUp::Dead {
                 reason: hookline_core::DeadLetterReason::Exhausted,
                 ..
@@ -139,6 +140,11 @@ impl AttemptLog {
             FollowUp::Done => out.push(r),
             FollowUp::Retry { record, .. } => {
                 r.tier = a.tier.map(str::to_owned);
+                r.next_due_at = Some(record.due_at);
+                out.push(r);
+            }
+            // A strictly ordered delivery waits in place, at the head of its lane.
+            FollowUp::Hold { record } => {
                 r.next_due_at = Some(record.due_at);
                 out.push(r);
             }

@@ -182,6 +182,13 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_BREAKER_DISABLE_AFTER", default_value = "5d", value_parser = parse_duration)]
     pub breaker_disable_after: Duration,
 
+    /// Longest a strictly ordered subscription's head (`ordering = strict`) may
+    /// wait in backoff, from its first attempt: a retry that would be due later
+    /// is dead-lettered `head_wait` instead, and the next delivery goes. Every
+    /// later delivery of the subscription waits behind the head meanwhile.
+    #[arg(long, env = "HOOKLINE_STRICT_HEAD_WAIT", default_value = "1h", value_parser = parse_duration)]
+    pub strict_head_wait: Duration,
+
     /// Most kilobytes librdkafka prefetches per `deliveries` partition
     /// (`queued.max.messages.kbytes`): memory held before the engine asks.
     #[arg(long, env = "HOOKLINE_READY_PREFETCH_KBYTES", default_value_t = 16_384)]
@@ -309,6 +316,7 @@ pub(crate) struct Settings {
     pub shutdown_grace: Duration,
     pub ladder: Ladder,
     pub breaker: BreakerSettings,
+    pub strict_head_wait: Duration,
     pub kafka: KafkaTuning,
     pub commits: CommitSettings,
     pub attempt_log: bool,
@@ -487,6 +495,7 @@ impl Config {
             shutdown_grace: self.common.shutdown_grace,
             ladder,
             breaker: breaker(d)?,
+            strict_head_wait: d.strict_head_wait,
             kafka: KafkaTuning {
                 ready_prefetch_kbytes: d.ready_prefetch_kbytes,
                 tier_prefetch_kbytes: d.tier_prefetch_kbytes,

@@ -11,7 +11,7 @@
 
 use std::{
     fmt::{Debug, Display},
-    time::Duration,
+    time::{Duration, SystemTime},
 };
 
 use hookline_core::{DeadLetterReason, Transition, Verdict};
@@ -161,6 +161,32 @@ impl Parked<'_> {
     pub(crate) fn emit(self) {
         tracing::debug!(tier = %self.tier, reason = self.reason.as_str(), "parked a delivery without an attempt");
         metrics::parked(self.tier, self.reason);
+    }
+}
+
+/// A strictly ordered delivery waits in place at the head of its lane.
+pub(crate) struct StrictHeld<'a> {
+    pub subscription_id: &'a str,
+    pub attempt: i32,
+    pub until: SystemTime,
+    pub breaker: bool,
+}
+
+impl StrictHeld<'_> {
+    pub(crate) fn emit(self) {
+        let wait_ms = self
+            .until
+            .duration_since(SystemTime::now())
+            .unwrap_or_default()
+            .as_millis();
+        tracing::debug!(
+            subscription_id = %self.subscription_id,
+            attempt = self.attempt,
+            wait_ms = u64::try_from(wait_ms).unwrap_or(u64::MAX),
+            breaker_open = self.breaker,
+            "strict head held in place; the subscription's later deliveries wait behind it"
+        );
+        metrics::strict_held(self.breaker);
     }
 }
 

@@ -137,7 +137,7 @@ async fn run_stage(
     ops: &Ops,
     shutdown: &CancellationToken,
 ) -> Result<(), DispatcherError> {
-    let mut needed = vec![topics.subscriptions(), topics.deliveries()];
+    let mut needed = vec![topics.subscriptions(), topics.deliveries(), topics.strict()];
     needed.extend(topics.retries().map(|(_, topic)| topic));
     needed.push(topics.dlq());
     needed.push(topics.quarantine());
@@ -183,11 +183,20 @@ async fn dispatch(
     // One engine serves the ready queue and every tier; tier records draw on the
     // retry share and wait for their due time. Metric labels are tier names: a
     // few, fixed at start, so leaking them for `&'static str` costs nothing.
-    let mut inputs = vec![engine::Input {
-        topic: topics.deliveries().to_owned(),
-        label: "deliveries",
-        tier: None,
-    }];
+    let mut inputs = vec![
+        engine::Input {
+            topic: topics.deliveries().to_owned(),
+            label: "deliveries",
+            tier: None,
+            strict: false,
+        },
+        engine::Input {
+            topic: topics.strict().to_owned(),
+            label: "strict",
+            tier: None,
+            strict: true,
+        },
+    ];
     inputs.extend(
         topics
             .retries()
@@ -196,6 +205,7 @@ async fn dispatch(
                 topic: topic.to_owned(),
                 label: Box::leak(tier.to_owned().into_boxed_str()),
                 tier: Some(i),
+                strict: false,
             }),
     );
     let tier_labels: Vec<&'static str> = inputs
@@ -269,7 +279,12 @@ async fn dispatch(
         secrets,
         topics,
         retry_policy,
+        strict_head_wait: settings.strict_head_wait,
         attempt_log,
+        input_tiers: inputs
+            .iter()
+            .map(|i| i.retry().then_some(i.label))
+            .collect(),
     });
     let ctx_version = ctx.retry_policy.version().to_owned();
     let mut pollers = Vec::with_capacity(consumers.len());

@@ -33,6 +33,9 @@ pub(crate) fn describe() {
     for reason in DeadLetterReason::ALL.into_iter() {
         metrics::counter!(m::DISPATCHER_DEAD_LETTERS, label::REASON => reason.as_str()).absolute(0);
     }
+    for reason in ["backoff", "breaker_open"] {
+        metrics::counter!(m::DISPATCHER_STRICT_HELD, label::REASON => reason).absolute(0);
+    }
     for state in ["open", "closed"] {
         metrics::counter!(m::DISPATCHER_BREAKER_TRANSITIONS, label::STATE => state).absolute(0);
     }
@@ -68,6 +71,12 @@ pub(crate) fn dead_letter(reason: DeadLetterReason) {
 pub(crate) fn parked(tier: &str, reason: ParkReason) {
     metrics::counter!(m::DISPATCHER_PARKED, label::TIER => tier.to_owned(), label::REASON => reason.as_str())
         .increment(1);
+}
+
+/// A strict head held in place: `breaker_open`, or else `backoff`.
+pub(crate) fn strict_held(breaker: bool) {
+    let reason = if breaker { "breaker_open" } else { "backoff" };
+    metrics::counter!(m::DISPATCHER_STRICT_HELD, label::REASON => reason).increment(1);
 }
 
 pub(crate) fn breaker_transition(t: Transition) {

@@ -69,6 +69,10 @@ pub(crate) enum FollowUp {
     Done,
     /// Write `record` to retry tier `tier` (index into the ladder), then finish.
     Retry { tier: usize, record: Box<Delivery> },
+    /// A strictly ordered delivery's retry: keep `record` (this attempt counted,
+    /// due at `record.due_at`) at the head of its lane, holding the later ones
+    /// behind it; nothing is written, nothing finished.
+    Hold { record: Box<Delivery> },
     /// Write the dead letter (its `reason` is `reason.as_str()`) to the DLQ, then finish.
     Dead {
         reason: DeadLetterReason,
@@ -152,6 +156,51 @@ pub(crate) fn plan(
             DeadLetterReason::Rejected(reason),
             facts.detail.map(str::to_owned),
         ),
+    }
+}
+
+/// The follow-up of an attempt on a strictly ordered delivery: a retry is held in
+/// place (due when the ladder says, so `Retry-After` and the ladder's steps hold
+/// as they do on the tiers), unless being due then would leave it at the head
+/// longer than `head_wait` after its first attempt: then it is dead-lettered
+/// `head_wait`, and the next goes. Anything else is as [`plan`] decided.
+pub(crate) fn strict(
+    follow_up: FollowUp,
+    facts: &AttemptFacts<'_>,
+    policy: &RetryPolicy,
+    head_wait: std::time::Duration,
+) -> FollowUp {
+    let FollowUp::Retry { record, .. } = follow_up else {
+        return follow_up;
+    };
+    let first = record.first_attempt_at.unwrap_or(facts.started_ms);
+    let limit = i64::try_from(head_wait.as_millis()).unwrap_or(i64::MAX);
+    if record.due_at.saturating_sub(first) <= limit {
+        return FollowUp::Hold { record };
+    }
+    let mut detail = format!(
+        "head_wait: {} attempts since {first} ms; the next would be due at {} ms, after --strict-head-wait {}s",
+        record.attempt,
+        record.due_at,
+        head_wait.as_secs()
+    );
+    if let Some(d) = facts.detail {
+        detail.push_str(": ");
+        detail.push_str(d);
+    }
+    let mut delivery = *record;
+    // As it was last attempted: not due at a time nobody will wait for.
+    delivery.due_at = delivery.last_attempt_at.unwrap_or(delivery.due_at);
+    FollowUp::Dead {
+        reason: DeadLetterReason::HeadWait,
+        letter: Box::new(DeadLetter {
+            delivery,
+            reason: DeadLetterReason::HeadWait.as_str().to_owned(),
+            last_status: facts.classification.status.map(i32::from),
+            dead_at: facts.now_ms,
+            policy_version: policy.version.clone(),
+            detail: Some(bounded_detail(&detail)),
+        }),
     }
 }
 
@@ -462,6 +511,51 @@ mod tests {
         ];
         for l in other {
             assert_ne!(policy_version(&l), a, "{l:?}");
+        }
+    }
+
+    #[test]
+    fn a_strict_retry_is_held_at_the_time_the_ladder_picked_within_the_head_wait() {
+        let f = facts(retry_after(429, "30"));
+        let planned = plan(&delivery(), &f, &policy(), 0.0);
+        let FollowUp::Retry { record: tiered, .. } = planned.clone() else {
+            panic!("a 429 is retried: {planned:?}");
+        };
+        match strict(planned, &f, &policy(), Duration::from_secs(3600)) {
+            FollowUp::Hold { record } => assert_eq!(record, tiered, "same attempt, same due time"),
+            other => panic!("held: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_strict_head_due_past_its_head_wait_is_dead_lettered_so_the_next_goes() {
+        let mut earlier = delivery();
+        earlier.attempt = 3;
+        earlier.first_attempt_at = Some(STARTED - 50_000);
+        let f = facts(status(503));
+        let planned = plan(&earlier, &f, &policy(), 0.0);
+        match strict(planned, &f, &policy(), Duration::from_secs(60)) {
+            FollowUp::Dead { reason, letter } => {
+                assert_eq!(reason, DeadLetterReason::HeadWait);
+                assert_eq!(letter.reason, "head_wait");
+                assert_eq!(letter.last_status, Some(503));
+                assert_eq!(letter.delivery.attempt, 4, "the attempt is counted");
+                assert_eq!(letter.delivery.first_attempt_at, Some(STARTED - 50_000));
+                assert!(letter.detail.unwrap().starts_with("head_wait: 4 attempts"));
+            }
+            other => panic!("dead-lettered: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn strict_changes_nothing_but_retries() {
+        for result in [status(200), status(400), status(410)] {
+            let f = facts(result);
+            let planned = plan(&delivery(), &f, &policy(), 0.0);
+            assert_eq!(
+                strict(planned.clone(), &f, &policy(), Duration::ZERO),
+                planned
+            );
         }
     }
 }

@@ -8,8 +8,12 @@ pub(crate) struct Input {
     pub topic: String,
     /// Metric label: `deliveries` or the tier name.
     pub label: &'static str,
-    /// The retry tier it is (an index into the ladder), or `None` for `deliveries`.
+    /// The retry tier it is (an index into the ladder), or `None` for `deliveries`
+    /// and `deliveries.strict`.
     pub tier: Option<usize>,
+    /// `deliveries.strict`: a record in backoff is held at the head of its lane,
+    /// in place, never written to a tier, so the later ones wait behind it.
+    pub strict: bool,
 }
 
 impl Input {

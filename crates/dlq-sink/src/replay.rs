@@ -71,6 +71,17 @@ pub struct ReplayArgs {
     )]
     pub to_tier: Option<String>,
 
+    /// Write deliveries to `deliveries.strict`, for a strictly ordered
+    /// subscription (`ordering = strict`): they are then delivered one at a time
+    /// in the order replayed (the dead letters' order), each in backoff holding
+    /// the later ones.
+    #[arg(
+        long,
+        env = "HOOKLINE_REPLAY_TO_STRICT",
+        conflicts_with_all = ["quarantine", "to_tier"]
+    )]
+    pub to_strict: bool,
+
     /// Most records written per second.
     #[arg(long, value_name = "PER_SECOND", env = "HOOKLINE_REPLAY_RATE")]
     pub rate: Option<f64>,
@@ -235,6 +246,7 @@ pub async fn run(
                 .map(str::to_owned)
                 .ok_or_else(|| CliError::Usage(format!("invalid --to-tier `{tier}`")))?,
         ),
+        (None, false) if args.to_strict => Destination::Fixed(topics.strict().to_owned()),
         (None, false) => Destination::Fixed(topics.deliveries().to_owned()),
     };
     let producer = if args.execute {

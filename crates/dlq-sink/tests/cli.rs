@@ -143,6 +143,38 @@ async fn replay_previews_by_default_and_executes_with_original_ids_and_lineage()
     let tier = env.topics.retry("retry-10s").unwrap();
     assert_eq!(kafka::read_to_end(tier).await.unwrap().len(), 2);
 
+    // To deliveries.strict, in the dead letters' order.
+    let (code, stdout, stderr) = env.cli(&[
+        "replay",
+        "--tenant",
+        "globex",
+        "--reason",
+        "exhausted",
+        "--to-strict",
+        "--execute",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("matched 4, replayed 4"), "{stdout}");
+    let strict: Vec<String> = kafka::read_to_end(env.topics.strict())
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| {
+            decode::<Delivery>(m.payload().unwrap())
+                .unwrap()
+                .delivery_id
+        })
+        .collect();
+    let in_dlq_order: Vec<String> = sent
+        .iter()
+        .filter(|(_, dl)| dl.delivery.tenant_id == "globex" && dl.reason == "exhausted")
+        .map(|(_, dl)| dl.delivery.delivery_id.clone())
+        .collect();
+    assert_eq!(strict, in_dlq_order);
+    let (code, _, stderr) = env.cli(&["replay", "--to-strict", "--to-tier", "retry-10s"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+
     // A matching record that is not a dead letter cannot be replayed: partial, exit 2.
     let (code, stdout, _) = env.cli(&["replay", "--reason", "undecodable", "--execute"]);
     assert_eq!(code, 2, "{stdout}");

@@ -84,6 +84,7 @@ fn subscribed(id: &str, url: &str, max_in_flight: i32) -> (tempfile::TempDir, Su
         rate_limit_per_s: None,
         disabled_reason: None,
         disabled_at: None,
+        ordering: "unordered".into(),
         version: 1,
         updated_at: epoch::millis(SystemTime::now()),
     };
@@ -198,6 +199,7 @@ async fn a_410_disables_the_subscription_and_its_kept_deliveries_are_replayed_af
         enabled: false,
         disabled_reason: Some("gone".into()),
         disabled_at: Some(0),
+        ordering: "unordered".into(),
         version: 2,
         ..sub.clone()
     };

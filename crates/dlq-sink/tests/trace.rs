@@ -66,6 +66,7 @@ fn subscription(id: &str, url: &str) -> Subscription {
         rate_limit_per_s: None,
         disabled_reason: None,
         disabled_at: None,
+        ordering: "unordered".into(),
         version: 1,
         updated_at: epoch::millis(SystemTime::now()),
     }

@@ -71,6 +71,9 @@ pub struct Subscription {
     /// When it was disabled, ms since the Unix epoch; `None` when enabled.
     #[serde(default)]
     pub disabled_at: Option<i64>,
+    /// `unordered` or `strict` ([`ORDERING_STRICT`]); see [`Subscription::is_strict`].
+    #[serde(default = "unordered")]
+    pub ordering: String,
     /// Monotonic version; the highest wins.
     pub version: i64,
     /// When this version was written, ms since the Unix epoch.
@@ -79,6 +82,23 @@ pub struct Subscription {
 
 impl Record for Subscription {
     const KIND: RecordKind = RecordKind::Subscription;
+}
+
+/// `Subscription::ordering` of a subscription whose deliveries are strictly ordered.
+pub const ORDERING_STRICT: &str = "strict";
+/// `Subscription::ordering` by default.
+pub const ORDERING_UNORDERED: &str = "unordered";
+
+fn unordered() -> String {
+    ORDERING_UNORDERED.to_owned()
+}
+
+impl Subscription {
+    /// Strict FIFO: one delivery at a time, in event order, and one in backoff
+    /// holds the later ones. Any other value (a newer writer's) is unordered.
+    pub fn is_strict(&self) -> bool {
+        self.ordering == ORDERING_STRICT
+    }
 }
 
 /// Lineage of a replayed delivery: where its dead letter was stored.

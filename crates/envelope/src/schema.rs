@@ -113,6 +113,10 @@ pub const HISTORY: &[(RecordKind, &str)] = &[
         include_str!("../../../schemas/history/subscription.c414c01201dce6fd.avsc"),
     ),
     (
+        RecordKind::Subscription,
+        include_str!("../../../schemas/history/subscription.2ba1d50a70dce31c.avsc"),
+    ),
+    (
         RecordKind::Delivery,
         include_str!("../../../schemas/history/delivery.f38e23020519decc.avsc"),
     ),

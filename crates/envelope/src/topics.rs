@@ -20,8 +20,8 @@ pub const DEFAULT_RETRY_TIERS: [&str; DEFAULT_TIERS.len()] = {
     names
 };
 
-/// Names a retry tier cannot have: `deliveries.<name>` is another topic.
-pub const RESERVED_TIERS: [&str; 2] = ["dlq", "attempts"];
+/// Tier names that would spell another topic's name.
+const RESERVED_TIERS: [&str; 3] = ["dlq", "strict", "attempts"];
 
 /// Kafka's maximum topic name length.
 pub const MAX_TOPIC_LEN: usize = 249;
@@ -44,16 +44,16 @@ pub enum TopicError {
     /// A retry tier with an empty name.
     #[error("retry tier name is empty")]
     EmptyTier,
-    /// A tier whose topic would be another topic's (`dlq`, `attempts`).
-    #[error("retry tier `{tier}` would name the topic deliveries.{tier}, which is not a tier")]
-    ReservedTier {
-        /// The tier.
-        tier: String,
-    },
     /// The same tier twice.
     #[error("retry tier `{tier}` is listed twice")]
     DuplicateTier {
         /// The repeated tier.
+        tier: String,
+    },
+    /// A tier name whose topic is another topic's (`dlq`, `strict`, `attempts`).
+    #[error("retry tier name `{tier}` is reserved: deliveries.{tier} is another topic")]
+    ReservedTier {
+        /// The reserved name.
         tier: String,
     },
     /// A resulting topic name longer than Kafka allows.
@@ -73,6 +73,7 @@ pub struct Topics {
     events: String,
     subscriptions: String,
     deliveries: String,
+    strict: String,
     retries: Vec<(String, String)>,
     dlq: String,
     quarantine: String,
@@ -130,6 +131,7 @@ impl Topics {
             events: name("events"),
             subscriptions: name("subscriptions"),
             deliveries: name("deliveries"),
+            strict: name("deliveries.strict"),
             retries: tiers
                 .iter()
                 .map(|t| {
@@ -166,6 +168,12 @@ impl Topics {
         &self.deliveries
     }
 
+    /// `{prefix}deliveries.strict`: the ready queue of strictly ordered
+    /// subscriptions' deliveries, where one in backoff holds the later ones.
+    pub fn strict(&self) -> &str {
+        &self.strict
+    }
+
     /// `{prefix}deliveries.{tier}` for a tier of the ladder, or `None` if it is not one.
     pub fn retry(&self, tier: &str) -> Option<&str> {
         self.retries
@@ -197,25 +205,31 @@ impl Topics {
         &self.attempts
     }
 
-    /// Every topic: events, subscriptions, deliveries, each retry tier, dlq, quarantine,
-    /// attempts.
+    /// Every topic: events, subscriptions, deliveries, deliveries.strict, each
+    /// retry tier, dlq, quarantine, attempts.
     pub fn all(&self) -> Vec<&str> {
-        let mut all = vec![self.events(), self.subscriptions(), self.deliveries()];
+        let mut all = vec![
+            self.events(),
+            self.subscriptions(),
+            self.deliveries(),
+            self.strict(),
+        ];
         all.extend(self.retries().map(|(_, topic)| topic));
         all.extend([self.dlq(), self.quarantine(), self.attempts()]);
         all
     }
 
-    /// Every topic the dispatcher consumes: deliveries and each retry tier.
+    /// Every topic the dispatcher consumes: deliveries, deliveries.strict and
+    /// each retry tier.
     pub fn dispatcher_inputs(&self) -> Vec<&str> {
-        let mut inputs = vec![self.deliveries()];
+        let mut inputs = vec![self.deliveries(), self.strict()];
         inputs.extend(self.retries().map(|(_, topic)| topic));
         inputs
     }
 
     /// Whether `topic` is where a stage of this prefix reads records it may
     /// quarantine, and so where a quarantined record may be returned: `events`,
-    /// `deliveries`, or `deliveries.<tier>` for any legal tier name — not only this
+    /// `deliveries`, `deliveries.strict`, or `deliveries.<tier>` for any legal tier name — not only this
     /// ladder's, since the ladder is the dispatcher's configuration — but never the
     /// DLQ, the quarantine topic, the subscription table, or another prefix's topic.
     pub fn is_pipeline_input(&self, topic: &str) -> bool {
@@ -266,6 +280,7 @@ mod tests {
                 "events",
                 "subscriptions",
                 "deliveries",
+                "deliveries.strict",
                 "deliveries.retry-10s",
                 "deliveries.retry-1m",
                 "deliveries.retry-15m",
@@ -278,7 +293,16 @@ mod tests {
         assert_eq!(t, Topics::with_prefix("").unwrap());
         assert_eq!(t.retry("retry-1m"), Some("deliveries.retry-1m"));
         assert_eq!(t.retry("retry-3d"), None);
-        assert_eq!(t.dispatcher_inputs().len(), 5);
+        assert_eq!(t.dispatcher_inputs().len(), 6);
+        assert_eq!(t.strict(), "deliveries.strict");
+        for reserved in ["dlq", "strict", "attempts"] {
+            assert_eq!(
+                Topics::new("", &[reserved]),
+                Err(TopicError::ReservedTier {
+                    tier: reserved.to_owned()
+                })
+            );
+        }
     }
 
     #[test]
@@ -379,6 +403,7 @@ mod tests {
         for topic in [
             "p.events",
             "p.deliveries",
+            "p.deliveries.strict",
             "p.deliveries.fast",
             "p.deliveries.retry-10s",
         ] {
@@ -407,6 +432,9 @@ mod tests {
     fn empty_ladder_is_allowed() {
         let t = Topics::new::<&str>("x.", &[]).unwrap();
         assert_eq!(t.retries().len(), 0);
-        assert_eq!(t.dispatcher_inputs(), ["x.deliveries"]);
+        assert_eq!(
+            t.dispatcher_inputs(),
+            ["x.deliveries", "x.deliveries.strict"]
+        );
     }
 }

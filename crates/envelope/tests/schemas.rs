@@ -10,7 +10,7 @@ use hookline_envelope::{crc64_avro, RecordKind, Registry};
 fn fingerprints_are_pinned() {
     let pinned = [
         (RecordKind::DomainEvent, "d9460691819bc65b"),
-        (RecordKind::Subscription, "2ba1d50a70dce31c"),
+        (RecordKind::Subscription, "7592586b483e3599"),
         (RecordKind::Delivery, "6b3ad52d17e31a4a"),
         (RecordKind::DeadLetter, "fd41a47742f439e2"),
         (RecordKind::QuarantinedEvent, "b3ebb17e789552b9"),

@@ -133,6 +133,16 @@ pub struct PutArgs {
     /// Attempts per second cap for this endpoint.
     #[arg(long, env = "HOOKLINE_SUBSCRIPTION_RATE_LIMIT_PER_S")]
     pub rate_limit_per_s: Option<f64>,
+    /// `strict`: one delivery at a time in event order, and one in backoff holds
+    /// the later ones behind it (up to the dispatcher's `--strict-head-wait`);
+    /// `max_in_flight` is then 1 whatever it says.
+    #[arg(
+        long,
+        env = "HOOKLINE_SUBSCRIPTION_ORDERING",
+        value_enum,
+        default_value_t = Ordering::Unordered
+    )]
+    pub ordering: Ordering,
     /// Set the enabled state. Without it a new subscription is enabled and an
     /// existing one keeps its state (`subscriptions enable|disable` flip it alone).
     #[arg(long, env = "HOOKLINE_SUBSCRIPTION_ENABLED", value_name = "true|false")]
@@ -172,10 +182,34 @@ pub struct SubscriptionSpec {
     /// Rate cap.
     #[serde(default)]
     pub rate_limit_per_s: Option<f64>,
+    /// `unordered` (the default) or `strict`.
+    #[serde(default)]
+    pub ordering: Ordering,
 }
 
 fn default_max_in_flight() -> i32 {
     4
+}
+
+/// A subscription's `ordering`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Ordering {
+    /// Up to `max_in_flight` at once; a delivery in backoff lets later ones pass.
+    #[default]
+    Unordered,
+    /// One at a time in event order; one in backoff holds the later ones.
+    Strict,
+}
+
+impl Ordering {
+    /// The record's `ordering` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Unordered => hookline_envelope::ORDERING_UNORDERED,
+            Self::Strict => hookline_envelope::ORDERING_STRICT,
+        }
+    }
 }
 
 /// Why a command failed; every variant says what to fix.
@@ -226,6 +260,7 @@ impl PutArgs {
             },
             max_in_flight: self.max_in_flight,
             rate_limit_per_s: self.rate_limit_per_s,
+            ordering: self.ordering,
         }])
     }
 }
@@ -466,6 +501,7 @@ pub async fn run(
                     enabled,
                     max_in_flight: spec.max_in_flight,
                     rate_limit_per_s: spec.rate_limit_per_s,
+                    ordering: spec.ordering.as_str().to_owned(),
                     // Kept with the state it explains; set or cleared with it.
                     disabled_reason: None,
                     disabled_at: None,
@@ -584,11 +620,12 @@ fn print_table(
         "TENANT",
         "ENABLED",
         "INFLIGHT",
+        "ORDERING",
         "VERSION",
         "EVENT TYPES",
         "URL",
     ];
-    let rows: Vec<[String; 7]> = subs
+    let rows: Vec<[String; 8]> = subs
         .iter()
         .map(|s| {
             let r = &s.record;
@@ -597,6 +634,7 @@ fn print_table(
                 r.tenant_id.clone(),
                 r.enabled.to_string(),
                 r.max_in_flight.to_string(),
+                r.ordering.clone(),
                 r.version.to_string(),
                 r.event_types.join(","),
                 r.url.clone(),
@@ -686,6 +724,7 @@ mod tests {
             enabled: None,
             max_in_flight: 1,
             rate_limit_per_s: None,
+            ordering: Ordering::Unordered,
         }
     }
 
@@ -809,6 +848,7 @@ mod tests {
         }
         assert!(specs.iter().any(|s| s.enabled == Some(false)));
         assert!(specs.iter().any(|s| s.rate_limit_per_s.is_some()));
+        assert!(specs.iter().any(|s| s.ordering == Ordering::Strict));
     }
 
     #[test]
@@ -835,6 +875,11 @@ mod tests {
                 "type.yaml",
                 format!("- subscription_id: s1\n{good}  max_in_flight: lots\n"),
                 &["in item 1 of 1: ", "line 6, column 18", "type.yaml:6:18", "max_in_flight: lots"],
+            ),
+            (
+                "ordering.yaml",
+                format!("- subscription_id: s1\n{good}  ordering: fifo\n"),
+                &["in item 1 of 1: ", "ordering", "fifo", "ordering.yaml:6"],
             ),
             (
                 "missing.yaml",

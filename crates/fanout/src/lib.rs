@@ -76,6 +76,7 @@ async fn run_stage(
         topics.events(),
         topics.subscriptions(),
         topics.deliveries(),
+        topics.strict(),
         topics.quarantine(),
     ];
     if !topic_check::wait_for_topics(

@@ -51,7 +51,7 @@ use crate::{
     config::Config,
     dedup::{self, RebuildSpec, Windows},
     metrics as fm,
-    transform::{fan_out, Duplicate, Output},
+    transform::{fan_out, Duplicate, Output, Routed},
     FanoutError, STAGE,
 };
 
@@ -433,9 +433,17 @@ impl FanoutLoop {
             );
             match output {
                 Output::Deliveries(deliveries) => {
-                    for d in &deliveries {
+                    for Routed {
+                        delivery: d,
+                        strict,
+                    } in &deliveries
+                    {
                         let bytes = encode(d);
-                        let topic = self.topics.deliveries();
+                        let topic = if *strict {
+                            self.topics.strict()
+                        } else {
+                            self.topics.deliveries()
+                        };
                         if let Err(e) = self
                             .txn
                             .send(topic, Some(d.tenant_id.as_bytes()), &bytes)

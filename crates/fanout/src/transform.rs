@@ -29,8 +29,8 @@ const ENVELOPE_ALLOWANCE: usize = 64 * 1024;
 /// What to write for one input.
 #[derive(Debug)]
 pub enum Output {
-    /// One delivery per matching subscription (key: tenant).
-    Deliveries(Vec<Delivery>),
+    /// One delivery per matching subscription (key: tenant), with where it goes.
+    Deliveries(Vec<Routed>),
     /// The event decoded, but no subscription wants it.
     Unmatched,
     /// The record cannot be used; keep it on the quarantine topic.
@@ -120,6 +120,15 @@ pub fn admission_key(event: &DomainEvent) -> (KeyHash, Fingerprint) {
 /// Fans one record out against `matching`, which returns the subscriptions of a
 /// tenant that want an event type, after `admit` (the
 /// admission window) has decided on the usable event.
+/// A delivery and the queue it is written to: `deliveries`, or, for a strictly
+/// ordered subscription (`ordering = strict`), `deliveries.strict`, where one in
+/// backoff holds the later ones behind it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routed {
+    pub delivery: Delivery,
+    pub strict: bool,
+}
+
 pub fn fan_out(
     input: Input<'_>,
     trace: Option<&TraceContext>,
@@ -155,26 +164,29 @@ pub fn fan_out(
     }
     let deliveries = subs
         .iter()
-        .map(|sub| Delivery {
-            delivery_id: delivery_id(&event.event_id, &sub.record.subscription_id),
-            event_id: event.event_id.clone(),
-            tenant_id: event.tenant_id.clone(),
-            subscription_id: sub.record.subscription_id.clone(),
-            event_type: event.event_type.clone(),
-            occurred_at: event.occurred_at,
-            content_type: event.content_type.clone(),
-            payload: event.payload.clone(),
-            attributes: event.attributes.clone(),
-            attempt: 0,
-            created_at: now_ms,
-            due_at: now_ms,
-            first_attempt_at: None,
-            last_attempt_at: None,
-            last_outcome: None,
-            policy_version: None,
-            replay_of: None,
-            traceparent: trace.map(|t| t.traceparent.clone()),
-            tracestate: trace.and_then(|t| t.tracestate.clone()),
+        .map(|sub| Routed {
+            strict: sub.record.is_strict(),
+            delivery: Delivery {
+                delivery_id: delivery_id(&event.event_id, &sub.record.subscription_id),
+                event_id: event.event_id.clone(),
+                tenant_id: event.tenant_id.clone(),
+                subscription_id: sub.record.subscription_id.clone(),
+                event_type: event.event_type.clone(),
+                occurred_at: event.occurred_at,
+                content_type: event.content_type.clone(),
+                payload: event.payload.clone(),
+                attributes: event.attributes.clone(),
+                attempt: 0,
+                created_at: now_ms,
+                due_at: now_ms,
+                first_attempt_at: None,
+                last_attempt_at: None,
+                last_outcome: None,
+                policy_version: None,
+                replay_of: None,
+                traceparent: trace.map(|t| t.traceparent.clone()),
+                tracestate: trace.and_then(|t| t.tracestate.clone()),
+            },
         })
         .collect();
     Output::Deliveries(deliveries)
@@ -206,6 +218,7 @@ mod tests {
             ("a-off", "acme", vec!["*"], false),
             ("g-inv", "globex", vec!["invoice.paid"], true),
         ] {
+            let ordering = if id == "a-inv" { "strict" } else { "unordered" };
             t.upsert(
                 LiveSubscription::new(Subscription {
                     subscription_id: id.into(),
@@ -218,6 +231,7 @@ mod tests {
                     rate_limit_per_s: None,
                     disabled_reason: None,
                     disabled_at: None,
+                    ordering: ordering.into(),
                     version: 1,
                     updated_at: 0,
                 })
@@ -267,12 +281,17 @@ mod tests {
     #[test]
     fn one_delivery_per_matching_subscription_of_the_same_tenant_disabled_ones_too() {
         let bytes = encode(&event("acme", "invoice.paid", 10));
-        let Output::Deliveries(ds) = run(Some(&bytes), 1024) else {
+        let Output::Deliveries(routed) = run(Some(&bytes), 1024) else {
             panic!("expected deliveries")
         };
-        let subs: Vec<_> = ds.iter().map(|d| d.subscription_id.as_str()).collect();
+        let subs: Vec<_> = routed
+            .iter()
+            .map(|r| (r.delivery.subscription_id.as_str(), r.strict))
+            .collect();
         // `a-off` is disabled: its delivery is made, and the dispatcher keeps it.
-        assert_eq!(subs, ["a-all", "a-inv", "a-off"]);
+        // `a-inv` is strictly ordered: its delivery goes to `deliveries.strict`.
+        assert_eq!(subs, [("a-all", false), ("a-inv", true), ("a-off", false)]);
+        let ds: Vec<Delivery> = routed.into_iter().map(|r| r.delivery).collect();
         for d in &ds {
             assert_eq!(d.delivery_id, delivery_id("evt-1", &d.subscription_id));
             assert_eq!((d.attempt, d.created_at, d.due_at), (0, 5, 5));
@@ -294,7 +313,7 @@ mod tests {
             panic!("expected deliveries")
         };
         assert!(ds.len() > 1);
-        for d in &ds {
+        for Routed { delivery: d, .. } in &ds {
             assert_eq!(d.traceparent.as_deref(), Some(tc.traceparent.as_str()));
             assert_eq!(d.tracestate, tc.tracestate);
         }
@@ -303,7 +322,7 @@ mod tests {
         };
         assert!(ds
             .iter()
-            .all(|d| d.traceparent.is_none() && d.tracestate.is_none()));
+            .all(|r| r.delivery.traceparent.is_none() && r.delivery.tracestate.is_none()));
     }
 
     #[test]

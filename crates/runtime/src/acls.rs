@@ -204,6 +204,11 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
                 "writes deliveries in transactions",
             ),
             topic(
+                t.strict(),
+                vec![Write, DescribeConfigs],
+                "writes strictly ordered subscriptions' deliveries in transactions",
+            ),
+            topic(
                 t.quarantine(),
                 vec![Write, DescribeConfigs],
                 "quarantines undecodable events",
@@ -220,11 +225,18 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
             ),
         ],
         Who::Dispatcher => {
-            let mut v = vec![topic(
-                t.deliveries(),
-                vec![Read, DescribeConfigs],
-                "consumes first attempts",
-            )];
+            let mut v = vec![
+                topic(
+                    t.deliveries(),
+                    vec![Read, DescribeConfigs],
+                    "consumes first attempts",
+                ),
+                topic(
+                    t.strict(),
+                    vec![Read, DescribeConfigs],
+                    "consumes strictly ordered first attempts; retries them in place",
+                ),
+            ];
             v.extend(t.retries().map(|(_, tier)| {
                 topic(
                     tier,
@@ -325,6 +337,11 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
                     t.deliveries(),
                     vec![Write],
                     "returns dead letters and quarantined deliveries",
+                ),
+                topic(
+                    t.strict(),
+                    vec![Write],
+                    "returns a strict subscription's dead letters (--to-strict)",
                 ),
             ];
             v.extend(

@@ -46,6 +46,7 @@ fn sub(id: &str) -> Subscription {
         rate_limit_per_s: None,
         disabled_reason: None,
         disabled_at: None,
+        ordering: "unordered".into(),
         version: 1,
         updated_at: 0,
     }

@@ -234,6 +234,7 @@ impl Pipeline {
             rate_limit_per_s: None,
             disabled_reason: None,
             disabled_at: None,
+            ordering: "unordered".into(),
             version: 1,
             updated_at: now_us() / 1000,
         }

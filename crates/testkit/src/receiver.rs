@@ -2,7 +2,8 @@
 //! (plain HTTP, or HTTPS with a fresh self-signed certificate, HTTP/1.1 and h2)
 //! that records every request — method, path, version, headers, body, arrival
 //! time — and answers per path as told: a status, a delay, fail the first N
-//! requests then succeed, a `Retry-After`. Stops when dropped.
+//! requests then succeed, fail the first request of chosen `webhook-id`s, a
+//! `Retry-After`. Stops when dropped.
 
 use std::{
     collections::HashMap,
@@ -38,6 +39,10 @@ pub struct Behaviour {
     pub body: Bytes,
     /// Extra response headers (e.g. `location` for a redirect).
     pub headers: Vec<(String, String)>,
+    /// Answer the first `fail_times_of` requests carrying each of these
+    /// `webhook-id`s with `fail_status` (later ones as the rest of the behaviour says).
+    pub fail_first_of: std::collections::BTreeSet<String>,
+    pub fail_times_of: u32,
 }
 
 impl Default for Behaviour {
@@ -50,6 +55,8 @@ impl Default for Behaviour {
             retry_after: None,
             body: Bytes::new(),
             headers: Vec::new(),
+            fail_first_of: Default::default(),
+            fail_times_of: 0,
         }
     }
 }
@@ -87,6 +94,19 @@ impl Behaviour {
         self.headers.push((name.to_owned(), value.to_owned()));
         self
     }
+
+    /// Fails the first `times` requests of each of `ids` (by `webhook-id`) with `status`.
+    pub fn fail_first_of(
+        mut self,
+        ids: impl IntoIterator<Item = impl Into<String>>,
+        times: u32,
+        status: u16,
+    ) -> Self {
+        self.fail_first_of = ids.into_iter().map(Into::into).collect();
+        self.fail_times_of = times;
+        self.fail_status = status;
+        self
+    }
 }
 
 /// One request as it arrived.
@@ -120,6 +140,8 @@ struct State {
     requests: Mutex<Vec<Recorded>>,
     behaviours: Mutex<HashMap<String, Behaviour>>,
     seen: Mutex<HashMap<String, u32>>,
+    /// Requests seen per `webhook-id`.
+    seen_ids: Mutex<HashMap<String, u32>>,
     /// Per path: requests being handled now, and the most at once.
     in_flight: Mutex<HashMap<String, (usize, usize)>>,
     arrived: Notify,
@@ -338,7 +360,21 @@ async fn handle(
         *n += 1;
         *n
     };
-    let status = if nth <= behaviour.fail_first {
+    let id = parts
+        .headers
+        .get("webhook-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let nth_of_id = {
+        let mut seen = lock(&state.seen_ids);
+        let n = seen.entry(id.clone()).or_default();
+        *n += 1;
+        *n
+    };
+    let status = if nth <= behaviour.fail_first
+        || (nth_of_id <= behaviour.fail_times_of && behaviour.fail_first_of.contains(&id))
+    {
         behaviour.fail_status
     } else {
         behaviour.status

@@ -29,6 +29,7 @@ pub fn subscription(id: &str, tenant: &str, patterns: &[&str], url: &str) -> Sub
         rate_limit_per_s: None,
         disabled_reason: None,
         disabled_at: None,
+        ordering: "unordered".into(),
         version: 1,
         updated_at: 1_764_000_000_000,
     }

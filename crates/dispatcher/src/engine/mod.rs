@@ -78,7 +78,12 @@ impl Directory for Subs<'_> {
         self.0
             .get(subscription_id)
             .map_or(LaneSettings::unlimited_rate(1), |s| LaneSettings {
-                max_in_flight: u32::try_from(s.record.max_in_flight).unwrap_or(1),
+                // Strict is one at a time, whatever `max_in_flight` says.
+                max_in_flight: if s.record.is_strict() {
+                    1
+                } else {
+                    u32::try_from(s.record.max_in_flight).unwrap_or(1)
+                },
                 rate_per_s: s.record.rate_limit_per_s,
             })
     }
@@ -392,9 +397,13 @@ impl Engine {
                     delivery,
                     target,
                     refusal,
+                    strict,
                 } => {
                     let ctx = Arc::clone(&self.ctx);
-                    self.spawn(key, attempt::run(ctx, key, *delivery, target, refusal));
+                    self.spawn(
+                        key,
+                        attempt::run(ctx, key, *delivery, target, (refusal, strict)),
+                    );
                 }
                 // Finished when it goes into a transaction (`commit.rs`).
                 Action::Park {
@@ -405,9 +414,30 @@ impl Engine {
                     disable,
                 } => self.park(key, *delivery, tier, until, disable),
                 // Finished when it goes into a transaction (`commit.rs`).
-                Action::Unattempted { key, delivery, why } => {
-                    let handoff =
-                        attempt::unattempted(&self.ctx, key, *delivery, &why, SystemTime::now());
+                Action::Unattempted {
+                    key,
+                    delivery,
+                    why,
+                    disable,
+                } => {
+                    let now = SystemTime::now();
+                    let mut handoff = attempt::unattempted(&self.ctx, key, *delivery, &why, now);
+                    if disable {
+                        if let Written::Dead {
+                            subscription_id,
+                            tenant_id,
+                            ..
+                        } = &handoff.written
+                        {
+                            handoff.disable = self.disabling.on_disable(
+                                &self.subs,
+                                (subscription_id, tenant_id),
+                                DisabledReason::BreakerOpen,
+                                self.ctx.topics.subscriptions(),
+                                hookline_core::epoch::millis(now),
+                            );
+                        }
+                    }
                     self.commits.defer(handoff);
                 }
             }
@@ -474,6 +504,11 @@ impl Engine {
                         self.machine.complete(key, Finished::Durable);
                     }
                     Ended::Abandoned => self.machine.complete(key, Finished::Abandoned),
+                    Ended::Hold(record, signal, log) => {
+                        self.machine.attempted(key, SystemTime::now(), signal);
+                        self.commits.log(log);
+                        self.machine.hold(key, *record);
+                    }
                     // Finished when it goes into a transaction (`commit.rs`).
                     Ended::Handoff(mut handoff, signal) => {
                         self.machine.attempted(key, SystemTime::now(), signal);
@@ -620,6 +655,18 @@ fn emit(note: Note, topics: &[String]) {
         } => events::BreakerChanged {
             subscription_id: &subscription_id,
             transition,
+        }
+        .emit(),
+        Note::Held {
+            subscription_id,
+            attempt,
+            until,
+            breaker,
+        } => events::StrictHeld {
+            subscription_id: &subscription_id,
+            attempt,
+            until,
+            breaker,
         }
         .emit(),
     }

@@ -82,13 +82,19 @@ pub(crate) enum Action {
         delivery: Box<Delivery>,
         target: Target,
         refusal: Option<Refusal>,
+        /// From `deliveries.strict`: a retry is held in place
+        /// ([`Machine::hold`]), not written to a tier.
+        strict: bool,
     },
     /// `delivery` has nowhere to go (`why`): hand its dead letter, unattempted, to
-    /// the next transaction, then [`Machine::complete`] `key`.
+    /// the next transaction, then [`Machine::complete`] `key`; with `disable`, a
+    /// strict subscription's breaker has been open for `--breaker-disable-after`:
+    /// disable it too (its head is kept in order, first of its dead letters).
     Unattempted {
         key: Key,
         delivery: Box<Delivery>,
         why: NoTarget,
+        disable: bool,
     },
     /// Its subscription's breaker is open: write `delivery`, unattempted and due
     /// at `until`, to retry tier `tier` in the next transaction, then
@@ -129,6 +135,14 @@ pub(crate) enum Note {
     Breaker {
         subscription_id: String,
         transition: Transition,
+    },
+    /// A strictly ordered delivery waits at the head of its lane until `until`
+    /// (its backoff, or its breaker's), holding the later ones behind it.
+    Held {
+        subscription_id: String,
+        attempt: i32,
+        until: SystemTime,
+        breaker: bool,
     },
 }
 
@@ -396,6 +410,63 @@ impl Machine {
         self.gate_actions(out);
     }
 
+    /// A strictly ordered delivery's attempt of `key` ended in backoff: `record`
+    /// (its attempt counted) goes back to the head of its lane, not to start
+    /// before its `due_at`; its slots are freed, its offset stays unfinished, and
+    /// every later record of its lane waits behind it. On a partition no longer
+    /// assigned it is dropped (unfinished), for the new owner to read again.
+    pub(crate) fn hold(&mut self, key: Key, record: Delivery) {
+        let Some(Running::Attempt {
+            started,
+            ready_since,
+            ..
+        }) = self.running.remove(&key)
+        else {
+            return;
+        };
+        let until = epoch::from_millis(record.due_at);
+        if !self.gate.is_assigned(key.0) {
+            if let Err(error) = self.lanes.complete(&started) {
+                self.notes
+                    .push(Note::LanesRefusedCompletion(error.to_string()));
+            }
+            return;
+        }
+        self.notes.push(Note::Held {
+            subscription_id: record.subscription_id.clone(),
+            attempt: record.attempt,
+            until,
+            breaker: false,
+        });
+        self.defer(key, started, record, ready_since.max(until), until);
+    }
+
+    /// Puts a started record back at the head of its lane until `until`.
+    fn defer(
+        &mut self,
+        key: Key,
+        started: Started<Part>,
+        delivery: Delivery,
+        ready_since: SystemTime,
+        until: SystemTime,
+    ) {
+        match self.lanes.defer(started, until) {
+            Ok(()) => {
+                self.queued.insert(
+                    key,
+                    Queued {
+                        delivery,
+                        ready_since,
+                    },
+                );
+            }
+            // Unreachable: it was started and not completed.
+            Err(error) => self
+                .notes
+                .push(Note::LanesRefusedCompletion(error.to_string())),
+        }
+    }
+
     /// The task of `key` panicked: an attempt is queued again (its offset stays
     /// unfinished until one ends durably); a quarantine write stays unfinished.
     pub(crate) fn panicked(&mut self, key: Key, now: SystemTime, dir: &impl Directory) {
@@ -517,12 +588,17 @@ impl Machine {
     }
 
     /// When to call [`on_due`](Self::on_due) or [`start_ready`](Self::start_ready)
-    /// next: a head falls due, or a rate-limited lane may start.
+    /// next: a head falls due, a rate-limited lane may start, or a strict head
+    /// held in place comes out of its backoff.
     pub(crate) fn next_wakeup(&self) -> Option<SystemTime> {
-        match (self.gate.next_wakeup(), self.lanes.next_rate_wakeup()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.gate.next_wakeup(),
+            self.lanes.next_rate_wakeup(),
+            self.lanes.next_deferred_wakeup(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Partitions revoked: their queued records are dropped (unfinished) and

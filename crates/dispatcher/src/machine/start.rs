@@ -4,16 +4,19 @@
 //! at once, its offset finished by the transaction that writes it); a payload
 //! over `--max-payload-bytes` is refused without being sent (and dead-lettered
 //! by the attempt as `payload_too_large`); a delivery whose subscription's
-//! breaker is open is parked on a tier until the breaker may probe, unattempted.
+//! breaker is open is parked on a tier until the breaker may probe, unattempted —
+//! or, from `deliveries.strict`, held at the head of its lane until then.
 
 use std::time::SystemTime;
 
 use hookline_core::Started;
 
 use super::{Action, Decision, Directory, Machine, Note, Running};
+use hookline_runtime::subscriptions::DisabledReason;
+
 use crate::{
     attempt::Refusal,
-    part::{Key, Part},
+    part::{Key, NoTarget, Part},
 };
 
 impl Machine {
@@ -35,17 +38,49 @@ impl Machine {
                 });
             }
             let delivery = Box::new(queued.delivery);
+            let strict = input.strict;
             let target = match dir.target(&delivery) {
                 Ok(target) => target,
                 Err(why) => {
                     self.hand_on(key, &started);
-                    self.actions
-                        .push(Action::Unattempted { key, delivery, why });
+                    self.actions.push(Action::Unattempted {
+                        key,
+                        delivery,
+                        why,
+                        disable: false,
+                    });
                     continue;
                 }
             };
             let probe = match self.breakers.admit(&delivery.subscription_id, now) {
                 Decision::Send { probe } => probe,
+                // A strict head parks in place: nothing behind it may pass.
+                Decision::Park {
+                    until,
+                    disable: false,
+                } if strict => {
+                    self.notes.push(Note::Held {
+                        subscription_id: delivery.subscription_id.clone(),
+                        attempt: delivery.attempt,
+                        until,
+                        breaker: true,
+                    });
+                    self.defer(key, started, *delivery, queued.ready_since, until);
+                    continue;
+                }
+                // Disabled now: the head is its first dead letter, the rest follow.
+                Decision::Park { disable: true, .. } if strict => {
+                    self.hand_on(key, &started);
+                    self.actions.push(Action::Unattempted {
+                        key,
+                        delivery,
+                        why: NoTarget::Disabled {
+                            reason: Some(DisabledReason::BreakerOpen.as_str().to_owned()),
+                        },
+                        disable: true,
+                    });
+                    continue;
+                }
                 Decision::Park { until, disable } => {
                     self.hand_on(key, &started);
                     let wait = until.duration_since(now).unwrap_or_default();
@@ -76,6 +111,7 @@ impl Machine {
                 delivery,
                 target,
                 refusal,
+                strict,
             });
         }
     }

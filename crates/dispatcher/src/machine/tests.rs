@@ -26,6 +26,11 @@ const R: Part = Part {
     input: 1,
     partition: 2,
 };
+/// A partition of `deliveries.strict` (assigned by [`strict_machine`]).
+const S: Part = Part {
+    input: 2,
+    partition: 1,
+};
 
 /// `--max-payload-bytes` in these tests.
 const MAX_PAYLOAD: usize = 64;
@@ -75,11 +80,19 @@ fn machine(partition_records: usize) -> Machine {
             topic: "deliveries".into(),
             label: "deliveries",
             tier: None,
+            strict: false,
         },
         Input {
             topic: "retry-10s".into(),
             label: "retry-10s",
             tier: Some(0),
+            strict: false,
+        },
+        Input {
+            topic: "deliveries.strict".into(),
+            label: "strict",
+            tier: None,
+            strict: true,
         },
     ];
     let limits = LaneLimits {
@@ -533,7 +546,9 @@ fn disabled_or_deleted_subscription_is_kept_unattempted_and_finished_only_when_w
     let mut attempted = Vec::new();
     for action in m.take_actions() {
         match action {
-            Action::Unattempted { key, delivery, why } => {
+            Action::Unattempted {
+                key, delivery, why, ..
+            } => {
                 kept.push((key, delivery.subscription_id.clone(), why));
             }
             Action::Attempt { key, .. } => attempted.push(key),
@@ -784,4 +799,141 @@ fn attempts_in_flight_are_counted_by_class() {
     m.complete((D, 0), Finished::Durable);
     assert_eq!(m.running_attempts_by_class(), (1, 0));
     assert_eq!(m.running_attempts(), 1);
+}
+
+fn strict_machine() -> Machine {
+    let mut m = machine(100);
+    m.assign(&[S]);
+    assert_eq!(gates(&mut m), vec![GateAction::Resume(S)]);
+    m
+}
+
+/// The retry record an attempt at `at` would hold: one more attempt, due at `due`.
+fn retried(payload: &[u8], at: SystemTime, due: SystemTime) -> Delivery {
+    let mut d: Delivery = hookline_envelope::decode(payload).unwrap();
+    d.attempt += 1;
+    d.first_attempt_at = Some(d.first_attempt_at.unwrap_or(epoch_ms(at)));
+    d.last_attempt_at = Some(epoch_ms(at));
+    d.due_at = epoch_ms(due);
+    d
+}
+
+/// A strict head that fails waits in place until its retry is due: nothing
+/// behind it of its subscription starts meanwhile (another subscription's
+/// records on the same partition do), its slot is free, its offset unfinished;
+/// at the due time it starts again, first, with its attempt counted.
+#[test]
+fn a_strict_head_in_backoff_holds_its_subscription_in_place() {
+    let dir = Dir::with(&[("s", 1, true), ("o", 1, true)]);
+    let mut m = strict_machine();
+    let head = delivery("s", t(0));
+    push(&mut m, S, 0, &head, t(0), &dir);
+    push(&mut m, S, 1, &delivery("s", t(1)), t(0), &dir);
+    push(&mut m, S, 2, &delivery("o", t(0)), t(0), &dir);
+    assert_eq!(start(&mut m, t(0), &dir), vec![(S, 0), (S, 2)]);
+    m.attempted((S, 0), t(5), Signal::Failure);
+    let due = t(10_000);
+    m.hold((S, 0), retried(&head, t(0), due));
+    assert!(m.take_notes().contains(&Note::Held {
+        subscription_id: "s".into(),
+        attempt: 1,
+        until: due,
+        breaker: false,
+    }));
+    assert_eq!(m.lanes().in_flight(), 1, "only `o` holds a slot");
+    assert_eq!(m.next_wakeup(), Some(due));
+    m.complete((S, 2), Finished::Durable);
+    assert_eq!(
+        start(&mut m, t(9_999), &dir),
+        vec![],
+        "nothing of `s` passes its head"
+    );
+    assert_eq!(m.lowest_unfinished(S), Some(0));
+    m.start_ready(due, &dir);
+    let again: Vec<(Key, i32)> = m
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Attempt {
+                key,
+                delivery,
+                strict,
+                ..
+            } => {
+                assert!(strict);
+                Some((key, delivery.attempt))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        again,
+        vec![((S, 0), 1)],
+        "the head again, its attempt counted"
+    );
+    m.attempted((S, 0), due, Signal::Success);
+    m.complete((S, 0), Finished::Durable);
+    assert_eq!(start(&mut m, due, &dir), vec![(S, 1)], "then the next");
+    assert_eq!(m.lowest_unfinished(S), Some(1));
+}
+
+/// An open breaker holds a strict head in place (no attempt spent, nothing
+/// written) until it may probe, and the head is that probe.
+#[test]
+fn an_open_breaker_holds_a_strict_head_in_place_and_it_probes() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = strict_machine();
+    for offset in 0..10 {
+        push(&mut m, D, offset, &delivery("s", t(0)), t(0), &dir);
+        assert_eq!(start(&mut m, t(0), &dir), vec![(D, offset)]);
+        m.attempted((D, offset), t(0), Signal::Failure);
+        m.attempt_ended((D, offset));
+        m.complete((D, offset), Finished::Durable);
+    }
+    assert_eq!(m.breakers_open(), 1);
+    push(&mut m, S, 0, &delivery("s", t(0)), t(1), &dir);
+    push(&mut m, S, 1, &delivery("s", t(0)), t(1), &dir);
+    let (attempted, parked) = start_or_park(&mut m, t(1), &dir);
+    assert_eq!(
+        (attempted, parked),
+        (vec![], vec![]),
+        "held, not parked on a tier"
+    );
+    let probe_at = t(0) + BreakerSettings::DEFAULT.open_for;
+    assert!(m.take_notes().contains(&Note::Held {
+        subscription_id: "s".into(),
+        attempt: 0,
+        until: probe_at,
+        breaker: true,
+    }));
+    assert_eq!(m.next_wakeup(), Some(probe_at));
+    assert_eq!(
+        start(&mut m, probe_at, &dir),
+        vec![(S, 0)],
+        "the head probes"
+    );
+}
+
+/// A revoke drops a held head with its partition (unfinished: the new owner
+/// reads it again) and a hold that ends after a revoke is dropped too.
+#[test]
+fn a_revoke_drops_held_heads_unfinished() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = strict_machine();
+    let head = delivery("s", t(0));
+    push(&mut m, S, 0, &head, t(0), &dir);
+    push(&mut m, S, 1, &head, t(0), &dir);
+    assert_eq!(start(&mut m, t(0), &dir), vec![(S, 0)]);
+    m.hold((S, 0), retried(&head, t(0), t(10_000)));
+    assert_eq!(m.revoke(&[S]), 2, "the held head and the one behind it");
+    assert_eq!(m.next_wakeup(), None);
+    assert!(m.lanes().is_idle());
+
+    let mut m = strict_machine();
+    push(&mut m, S, 0, &head, t(0), &dir);
+    assert_eq!(start(&mut m, t(0), &dir), vec![(S, 0)]);
+    assert_eq!(m.revoke(&[S]), 0);
+    m.hold((S, 0), retried(&head, t(0), t(10_000)));
+    assert!(m.lanes().is_idle(), "its slot is freed, nothing queued");
+    assert_eq!(m.next_wakeup(), None);
 }

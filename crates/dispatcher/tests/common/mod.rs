@@ -184,6 +184,7 @@ impl Env {
             rate_limit_per_s: None,
             disabled_reason: None,
             disabled_at: None,
+            ordering: "unordered".into(),
             version: 1,
             updated_at: now_ms(),
         }
@@ -218,6 +219,19 @@ impl Env {
         kafka::produce_many(
             &self.producer,
             self.topics.deliveries(),
+            deliveries
+                .iter()
+                .map(|d| (d.tenant_id.as_bytes().to_vec(), encode(d))),
+        )
+        .await
+        .unwrap();
+    }
+
+    /// Produces deliveries to `deliveries.strict`, keyed by tenant, in order.
+    pub async fn publish_strict(&self, deliveries: &[Delivery]) {
+        kafka::produce_many(
+            &self.producer,
+            self.topics.strict(),
             deliveries
                 .iter()
                 .map(|d| (d.tenant_id.as_bytes().to_vec(), encode(d))),

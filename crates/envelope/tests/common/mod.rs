@@ -40,11 +40,13 @@ prop_compose! {
         // Finite: NaN never equals itself, so it cannot take part in a round-trip assertion.
         rate_limit_per_s in option::of(-1e12f64..1e12),
         disabled_reason in option::of(text()), disabled_at in option::of(any::<i64>()),
+        ordering in text(),
         version in any::<i64>(), updated_at in any::<i64>(),
     ) -> Subscription {
         Subscription {
             subscription_id, tenant_id, url, event_types, secret_ref, enabled,
-            max_in_flight, rate_limit_per_s, disabled_reason, disabled_at, version, updated_at,
+            max_in_flight, rate_limit_per_s, disabled_reason, disabled_at, ordering, version,
+            updated_at,
         }
     }
 }
@@ -161,6 +163,7 @@ pub fn sample_subscription() -> Subscription {
         rate_limit_per_s: Some(12.5),
         disabled_reason: None,
         disabled_at: None,
+        ordering: "unordered".into(),
         version: 7,
         updated_at: 1_700_000_000_001,
     }

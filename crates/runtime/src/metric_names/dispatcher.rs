@@ -23,6 +23,9 @@ pub const DISPATCHER_OLDEST_READY_AGE: &str = "hookline_dispatcher_oldest_ready_
 /// `reason`: `not_due` (its tier released it before its due time: a `Retry-After`
 /// longer than the tier) or `breaker_open` (its subscription's breaker is open).
 pub const DISPATCHER_PARKED: &str = "hookline_dispatcher_parked_total";
+/// Strictly ordered deliveries held at the head of their lane, by `reason`:
+/// `backoff` (an attempt failed; the retry waits in place) or `breaker_open`.
+pub const DISPATCHER_STRICT_HELD: &str = "hookline_dispatcher_strict_held_total";
 /// Subscriptions whose circuit breaker is open (or probing) on this replica.
 pub const DISPATCHER_BREAKERS_OPEN: &str = "hookline_dispatcher_breakers_open";
 /// Circuit breaker transitions, by the `state` entered (`open`, `closed`).
@@ -139,6 +142,10 @@ pub(super) fn describe() {
     metrics::describe_counter!(
         DISPATCHER_PARKED,
         "Deliveries parked on a tier without an attempt, by tier and reason (not_due, breaker_open)."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_STRICT_HELD,
+        "Strictly ordered deliveries held in place at the head of their lane, by reason (backoff, breaker_open)."
     );
     metrics::describe_gauge!(
         DISPATCHER_BREAKERS_OPEN,

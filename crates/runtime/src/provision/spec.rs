@@ -87,6 +87,7 @@ pub fn desired(settings: &Settings) -> Result<Vec<TopicSpec>, ProvisionError> {
         (topics.events(), Role::Events),
         (topics.subscriptions(), Role::Subscriptions),
         (topics.deliveries(), Role::Deliveries),
+        (topics.strict(), Role::Deliveries),
     ];
     roles.extend(
         topics

@@ -70,6 +70,7 @@ mod tests {
             rate_limit_per_s: Some(2.0),
             disabled_reason: None,
             disabled_at: None,
+            ordering: "unordered".into(),
             version: 41,
             updated_at: 1,
         }

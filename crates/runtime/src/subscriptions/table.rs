@@ -156,6 +156,7 @@ mod tests {
             rate_limit_per_s: None,
             disabled_reason: None,
             disabled_at: None,
+            ordering: "unordered".into(),
             version,
             updated_at: 0,
         })

@@ -150,6 +150,7 @@ fn junk_subscription() -> Subscription {
         rate_limit_per_s: None,
         disabled_reason: None,
         disabled_at: None,
+        ordering: "unordered".to_owned(),
         version: 1,
         updated_at: 0,
     }
