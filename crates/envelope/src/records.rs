@@ -252,7 +252,8 @@ pub struct AttemptRecord {
     pub event_type: String,
     /// `attempted`, `parked` or `dead_lettered` ([`AttemptRecord::ATTEMPTED`], ...).
     pub kind: String,
-    /// `delivered`, `retried`, `rejected`, `exhausted`; a park reason; a dead-letter reason.
+    /// `delivered`, `retried`, `held`, `rejected`, `exhausted`; a park reason; a
+    /// dead-letter reason.
     pub outcome: String,
     /// The number of this attempt (1 for the first); otherwise the attempts made so far.
     pub attempt: i32,
