@@ -45,6 +45,7 @@ FILES = {
     "Delivery": "delivery.avsc",
     "DeadLetter": "dead_letter.avsc",
     "QuarantinedEvent": "quarantined_event.avsc",
+    "AttemptRecord": "attempt_record.avsc",
 }
 
 
@@ -224,6 +225,45 @@ QUARANTINED = {
     "quarantined_at": T0,
 }
 
+ATTEMPT = {
+    "delivery_id": "msg_20e1242c711154e9a82e4856a8cc2c18",
+    "event_id": "evt_1",
+    "tenant_id": "tenant_ä",
+    "subscription_id": "sub_1",
+    "event_type": "invoice.paid",
+    "kind": "attempted",
+    "outcome": "retried",
+    "attempt": I32_MAX,
+    "at": T0,
+    "duration_ms": I64_MAX,
+    "classification": "http_503",
+    "status": 503,
+    "detail": "connection reset ✓",
+    "from_tier": "retry-10s",
+    "tier": "retry-1m",
+    "next_due_at": T0 + 60_000,
+    "replay_of": {"topic": "deliveries.dlq", "partition": I32_MIN, "offset": I64_MAX},
+    "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+    "policy_version": "ladder-v1",
+}
+
+ATTEMPT_CANCELLED = {
+    **ATTEMPT,
+    "kind": "dead_lettered",
+    "outcome": "cancelled",
+    "attempt": 0,
+    "duration_ms": None,
+    "classification": None,
+    "status": None,
+    "detail": None,
+    "from_tier": None,
+    "tier": None,
+    "next_due_at": None,
+    "replay_of": None,
+    "trace_id": None,
+    "policy_version": None,
+}
+
 SAMPLES = [
     ("DomainEvent", EVENT),
     ("DomainEvent", {**EVENT, "payload": b"", "attributes": {}, "event_id": ""}),
@@ -236,6 +276,8 @@ SAMPLES = [
     ("DeadLetter", {**DEAD_LETTER, "delivery": DELIVERY_FIRST, "last_status": None, "detail": None}),
     ("QuarantinedEvent", QUARANTINED),
     ("QuarantinedEvent", {**QUARANTINED, "key": None, "headers": [], "value": b""}),
+    ("AttemptRecord", ATTEMPT),
+    ("AttemptRecord", ATTEMPT_CANCELLED),
 ]
 IDS = [f"{name}-{i % 2}" for i, (name, _) in enumerate(SAMPLES)]
 
@@ -267,6 +309,19 @@ def test_rust_writes_python_reads(tool, name, record):
 @pytest.mark.parametrize("name,record", SAMPLES, ids=IDS)
 def test_both_sides_encode_identical_bytes(tool, name, record):
     assert rust_encode(tool, name, record) == py_encode(name, record)
+
+
+def test_python_reads_an_attempt_record_the_rust_side_wrote(tool):
+    """What a consumer of `deliveries.attempts` in another language sees: the record the
+    dispatcher's types encode, read with fastavro from the schema file alone."""
+    data = rust_encode(tool, "AttemptRecord", ATTEMPT)
+    assert data[:2] == MAGIC
+    record = py_decode("AttemptRecord", data)
+    assert record["kind"] == "attempted" and record["outcome"] == "retried"
+    assert record["at"] == EPOCH + timedelta(milliseconds=T0)
+    assert record["next_due_at"] == EPOCH + timedelta(milliseconds=T0 + 60_000)
+    assert record["replay_of"] == ATTEMPT["replay_of"]
+    assert plain(record) == plain(ATTEMPT)
 
 
 def test_python_fills_defaults_rust_reads_them(tool):

@@ -305,7 +305,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "  archive files written       {archived} (dead letters and quarantined events, Avro)"
+        "  archive files written       {archived} (dead letters, quarantined events and the attempt log, Avro)"
     )?;
     writeln!(out, "  webhook requests received   {}", receiver.count())?;
     anyhow::ensure!(accounted == total.expected, "the summary does not add up");

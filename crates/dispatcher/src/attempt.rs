@@ -9,6 +9,7 @@ use std::{
 };
 
 use crate::{
+    attempt_log::{self, AttemptLog, Attempted, Logged},
     events,
     handoff::{Handoff, Written},
     outcome::{self, plan, unattempted as unattempted_letter, AttemptFacts, FollowUp, RetryPolicy},
@@ -43,6 +44,22 @@ pub(crate) struct AttemptContext {
     pub retry_policy: RetryPolicy,
     /// How long a strictly ordered subscription's head may wait in backoff.
     pub strict_head_wait: std::time::Duration,
+    /// `None` with `--attempt-log=false`.
+    pub attempt_log: Option<AttemptLog>,
+    /// Per engine input (indexed like them): its retry tier's name, `None` for
+    /// `deliveries` and `deliveries.strict`.
+    pub input_tiers: Vec<Option<&'static str>>,
+}
+
+impl AttemptContext {
+    /// The retry tier the record at `key` was read from; `None` for
+    /// `deliveries` and `deliveries.strict`.
+    pub(crate) fn tier_read_from(&self, key: Key) -> Option<&'static str> {
+        self.input_tiers
+            .get(usize::from(key.0.input))
+            .copied()
+            .flatten()
+    }
 }
 
 impl std::fmt::Debug for AttemptContext {
@@ -90,16 +107,19 @@ pub(crate) enum Finished {
 /// How an attempt task ended, for the engine.
 #[derive(Debug)]
 pub(crate) enum Ended {
-    /// Nothing more to write (delivered): finish the source offset now.
-    Done,
+    /// Nothing more to write (delivered): finish the source offset now, after
+    /// queueing its attempt-log record (`engine/commit.rs`).
+    Done(Vec<Logged>),
     /// A follow-up to commit with the source offset, and what the attempt said
     /// of its endpoint's health (for its breaker).
     Handoff(Box<Handoff>, Signal),
     /// Nothing can be written (no topic for the tier): leave the offset unfinished.
     Abandoned,
     /// A strictly ordered delivery to try again in place: `record` (this attempt
-    /// counted, due at its `due_at`) goes back to the head of its lane.
-    Hold(Box<Delivery>, Signal),
+    /// counted, due at its `due_at`) goes back to the head of its lane; its
+    /// attempt-log record is queued like a delivered one's (its offset stays
+    /// below it meanwhile).
+    Hold(Box<Delivery>, Signal, Vec<Logged>),
 }
 
 /// Runs one attempt of `delivery` (the record at `key`) and decides its follow-up;
@@ -122,6 +142,7 @@ pub(crate) async fn run(
     let classification = classify(&result, now);
     let signal = Signal::of(&classification);
     let took = clock.elapsed();
+    let responded = attempt_log::responded(&result);
     let facts = AttemptFacts {
         classification,
         started_ms: epoch::millis(started),
@@ -138,10 +159,28 @@ pub(crate) async fn run(
         took,
     }
     .emit();
+    let log = ctx.attempt_log.as_ref().map_or_else(Vec::new, |log| {
+        let tier = match &follow_up {
+            FollowUp::Retry { tier, .. } => ctx.topics.retries().nth(*tier).map(|(n, _)| n),
+            _ => None,
+        };
+        log.attempted(&Attempted {
+            delivery: &delivery,
+            facts: &facts,
+            responded,
+            took_ms: i64::try_from(took.as_millis()).unwrap_or(i64::MAX),
+            follow_up: &follow_up,
+            tier,
+            from_tier: ctx.tier_read_from(key),
+        })
+        .iter()
+        .map(|r| log.logged(r))
+        .collect()
+    });
     let record_key = Some(delivery.tenant_id.as_bytes().to_vec());
     let (topic, value, written) = match follow_up {
-        FollowUp::Done => return Ended::Done,
-        FollowUp::Hold { record } => return Ended::Hold(record, signal),
+        FollowUp::Done => return Ended::Done(log),
+        FollowUp::Hold { record } => return Ended::Hold(record, signal, log),
         FollowUp::Retry { tier, record } => {
             let Some((name, topic)) = ctx.topics.retries().nth(tier) else {
                 events::NoSuchRetryTier { tier }.emit();
@@ -172,6 +211,7 @@ pub(crate) async fn run(
             value,
             written,
             disable: None,
+            log,
         }),
         signal,
     )
@@ -196,6 +236,9 @@ pub(crate) fn unattempted(
         reason,
     }
     .emit();
+    let log = ctx.attempt_log.as_ref().map_or_else(Vec::new, |log| {
+        vec![log.logged(&log.dead_lettered(&letter, ctx.tier_read_from(key)))]
+    });
     Handoff {
         key,
         topic: ctx.topics.dlq().to_owned(),
@@ -208,6 +251,7 @@ pub(crate) fn unattempted(
             tenant_id,
         },
         disable: None,
+        log,
     }
 }
 

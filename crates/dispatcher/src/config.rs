@@ -225,6 +225,20 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_COMMIT_INTERVAL", default_value = "100ms", value_parser = parse_duration)]
     pub commit_interval: Duration,
 
+    /// Write the attempt log: one `AttemptRecord` per attempt, parking and
+    /// dead-lettering on `deliveries.attempts`, in the transactions that commit
+    /// the follow-ups and offsets. `--attempt-log=false` turns it off.
+    #[arg(
+        long,
+        env = "HOOKLINE_ATTEMPT_LOG",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub attempt_log: bool,
+
     /// Timeout of one transaction operation (commit, offsets, abort).
     #[arg(long, env = "HOOKLINE_DISPATCHER_TXN_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub txn_timeout: Duration,
@@ -309,6 +323,7 @@ pub(crate) struct Settings {
     pub strict_head_wait: Duration,
     pub kafka: KafkaTuning,
     pub commits: CommitSettings,
+    pub attempt_log: bool,
 }
 
 /// How follow-ups and offsets are committed.
@@ -495,6 +510,7 @@ impl Config {
                 interval: d.commit_interval,
                 call_timeout: d.txn_timeout,
             },
+            attempt_log: d.attempt_log,
         })
     }
 }

@@ -34,6 +34,7 @@ use hookline_runtime::subscriptions::DisabledReason;
 use tokio::time::Instant;
 
 use crate::{
+    attempt_log::Logged,
     events,
     part::{Key, ParkReason, Part},
 };
@@ -65,6 +66,9 @@ pub(crate) struct Handoff {
     /// Written in the same transaction: the subscription written back disabled,
     /// after its endpoint answered 410 Gone (`engine/disable.rs`).
     pub disable: Option<Box<Disable>>,
+    /// Written in the same transaction: the attempt log's records of what led
+    /// to this hand-off (`attempt_log.rs`); empty when the log is off.
+    pub log: Vec<Logged>,
 }
 
 /// A subscription record to write with a hand-off.
@@ -108,7 +112,10 @@ impl Handoff {
         let disable = self.disable.as_ref().map_or(0, |d| {
             d.record.url.len() + d.record.subscription_id.len() + d.record.secret_ref.len()
         });
-        self.value.len() + self.record_key.as_ref().map_or(0, Vec::len) + disable
+        self.value.len()
+            + self.record_key.as_ref().map_or(0, Vec::len)
+            + disable
+            + self.log.iter().map(Logged::bytes).sum::<usize>()
     }
 
     /// Counts and logs the record as written (its transaction committed).
@@ -366,6 +373,7 @@ mod tests {
                 delivery_id: format!("d-{offset}"),
             },
             disable: None,
+            log: Vec::new(),
         }
     }
 

@@ -5,9 +5,12 @@
 //! transactions, so a crash re-attempts (same `webhook-id`) and never loses a
 //! delivery, and never writes a retry or a dead letter twice. A record that is
 //! not a `Delivery` goes to `events.quarantine` with its reason, in the same
-//! transactions.
+//! transactions. Every attempt, parking and dead-lettering is written to the
+//! attempt log `deliveries.attempts` in those transactions too
+//! (`attempt_log.rs`), unless `--attempt-log=false`.
 
 mod attempt;
+mod attempt_log;
 pub mod config;
 mod consumer;
 mod engine;
@@ -138,6 +141,9 @@ async fn run_stage(
     needed.extend(topics.retries().map(|(_, topic)| topic));
     needed.push(topics.dlq());
     needed.push(topics.quarantine());
+    if settings.attempt_log {
+        needed.push(topics.attempts());
+    }
     // The command quoted names this dispatcher's ladder, so running it creates
     // exactly the tiers this dispatcher consumes.
     let fix = provision::spec::topics_command(&config.common, &config.dispatcher.ladder.tiers());
@@ -264,12 +270,21 @@ async fn dispatch(
         },
     )
     .await?;
+    let retry_policy = outcome::RetryPolicy::new(settings.ladder.clone());
+    let attempt_log = settings
+        .attempt_log
+        .then(|| attempt_log::AttemptLog::new(topics.attempts(), retry_policy.version()));
     let ctx = Arc::new(attempt::AttemptContext {
         client,
         secrets,
         topics,
-        retry_policy: outcome::RetryPolicy::new(settings.ladder.clone()),
+        retry_policy,
         strict_head_wait: settings.strict_head_wait,
+        attempt_log,
+        input_tiers: inputs
+            .iter()
+            .map(|i| i.retry().then_some(i.label))
+            .collect(),
     });
     let ctx_version = ctx.retry_policy.version().to_owned();
     let mut pollers = Vec::with_capacity(consumers.len());

@@ -25,6 +25,7 @@ pub(crate) fn describe() {
             .absolute(0);
     }
     metrics::counter!(m::DISPATCHER_EGRESS_DENIED).absolute(0);
+    metrics::counter!(m::DISPATCHER_ATTEMPT_RECORDS).absolute(0);
     metrics::counter!(m::DISPATCHER_FOLLOW_UP_ERRORS).absolute(0);
     for reason in QuarantineReason::ALL {
         metrics::counter!(m::DISPATCHER_QUARANTINED, label::REASON => reason.as_str()).absolute(0);
@@ -51,6 +52,7 @@ pub(crate) fn describe() {
 pub(crate) fn describe_tiers(tiers: &[&'static str]) {
     for tier in tiers {
         metrics::counter!(m::DISPATCHER_RETRIES_WRITTEN, label::TIER => *tier).absolute(0);
+        metrics::counter!(m::DISPATCHER_TIER_PROMOTIONS, label::TIER => *tier).absolute(0);
         for reason in ParkReason::ALL {
             metrics::counter!(m::DISPATCHER_PARKED, label::TIER => *tier, label::REASON => reason.as_str())
                 .absolute(0);
@@ -86,6 +88,10 @@ pub(crate) fn subscription_disabled(reason: DisabledReason) {
         .increment(1);
 }
 
+pub(crate) fn promoted(tier: &'static str) {
+    metrics::counter!(m::DISPATCHER_TIER_PROMOTIONS, label::TIER => tier).increment(1);
+}
+
 pub(crate) fn retry_lateness(tier: &'static str, late: Duration) {
     metrics::histogram!(m::DISPATCHER_RETRY_LATENESS, label::TIER => tier)
         .record(late.as_secs_f64());
@@ -119,6 +125,10 @@ pub(crate) fn transaction(outcome: &'static str, took: Duration) {
         .record(took.as_secs_f64());
 }
 
+pub(crate) fn attempt_log_written(records: usize) {
+    metrics::counter!(m::DISPATCHER_ATTEMPT_RECORDS).increment(records as u64);
+}
+
 pub(crate) fn quarantined(reason: QuarantineReason) {
     metrics::counter!(m::DISPATCHER_QUARANTINED, label::REASON => reason.as_str()).increment(1);
 }
@@ -130,6 +140,8 @@ pub(crate) fn paused() {
 /// The engine's gauges, set on every tick.
 pub(crate) struct Gauges {
     pub in_flight: usize,
+    /// `(class, attempts)`: `first_attempt` (from `deliveries`) and `retry` (from a tier).
+    pub in_flight_by_class: [(&'static str, usize); 2],
     pub lanes: usize,
     pub rate_limited: usize,
     pub buffered: usize,
@@ -144,11 +156,15 @@ pub(crate) struct TierGauges {
     pub tier: &'static str,
     pub oldest_due_age: Duration,
     pub waiting: usize,
+    pub due: usize,
     pub paused: usize,
 }
 
 pub(crate) fn gauges(g: &Gauges) {
     metrics::gauge!(m::DISPATCHER_IN_FLIGHT).set(g.in_flight as f64);
+    for (class, n) in g.in_flight_by_class {
+        metrics::gauge!(m::DISPATCHER_IN_FLIGHT_BY_CLASS, label::CLASS => class).set(n as f64);
+    }
     metrics::gauge!(m::DISPATCHER_LANES).set(g.lanes as f64);
     metrics::gauge!(m::DISPATCHER_RATE_LIMITED_SUBSCRIPTIONS).set(g.rate_limited as f64);
     metrics::gauge!(m::DISPATCHER_BUFFERED_RECORDS).set(g.buffered as f64);
@@ -164,6 +180,7 @@ pub(crate) fn gauges(g: &Gauges) {
             .set(t.waiting as f64);
         metrics::gauge!(m::DISPATCHER_TIER_PAUSED_PARTITIONS, label::TIER => t.tier)
             .set(t.paused as f64);
+        metrics::gauge!(m::DISPATCHER_TIER_DUE_RECORDS, label::TIER => t.tier).set(t.due as f64);
     }
 }
 

@@ -35,5 +35,6 @@ pub(crate) fn handoff(
             record: Box::new(record),
         },
         disable: None,
+        log: Vec::new(),
     }
 }

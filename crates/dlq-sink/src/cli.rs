@@ -132,15 +132,25 @@ pub(crate) async fn open_source(
     args: &SourceArgs,
     filter: &Filter,
 ) -> Result<Source, CliError> {
-    let kind = args.kind();
-    if args.quarantine && filter.uses_delivery_fields() {
+    open_kind(common, archive, args.kind(), args.from_archive, filter).await
+}
+
+/// Opens the topic or the archive files of `kind`.
+pub(crate) async fn open_kind(
+    common: &CommonArgs,
+    archive: &ArchiveArgs,
+    kind: Kind,
+    from_archive: bool,
+    filter: &Filter,
+) -> Result<Source, CliError> {
+    if kind == Kind::Quarantine && filter.uses_delivery_fields() {
         return Err(CliError::Usage(
             "--subscription and --event-type do not apply with --quarantine: quarantined \
              events could not be decoded, so they have neither"
                 .into(),
         ));
     }
-    if args.from_archive {
+    if from_archive {
         let store = ArchiveStore::open(archive, false)?;
         tracing::info!(archive = %store, kind = kind.as_str(), "reading the archive");
         return Ok(Source::Archive(
@@ -151,6 +161,7 @@ pub(crate) async fn open_source(
     let topic = match kind {
         Kind::Dlq => topics.dlq(),
         Kind::Quarantine => topics.quarantine(),
+        Kind::Attempts => topics.attempts(),
     };
     tracing::info!(%topic, "reading the topic by assignment, up to its end at start");
     Ok(Source::Topic(TopicSource::open(common, topic, kind).await?))

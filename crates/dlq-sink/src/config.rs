@@ -51,6 +51,20 @@ pub struct SinkArgs {
     /// Most files open at once (one per kind, date, tenant and partition).
     #[arg(long, env = "HOOKLINE_DLQ_SINK_MAX_OPEN_FILES", default_value_t = 1024)]
     pub max_open_files: usize,
+
+    /// Archive the attempt log (`deliveries.attempts`, under `kind=attempts`) too, so
+    /// `trace --from-archive` sees past the topic's retention. `--archive-attempts=false`
+    /// archives only the DLQ and the quarantine.
+    #[arg(
+        long,
+        env = "HOOKLINE_DLQ_SINK_ARCHIVE_ATTEMPTS",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub archive_attempts: bool,
 }
 
 impl SinkArgs {

@@ -1,7 +1,8 @@
-//! The dlq-sink stage (DESIGN §5): archives every record of `deliveries.dlq` and
-//! `events.quarantine` durably (Avro object container files, partitioned by date and tenant,
+//! The dlq-sink stage (DESIGN §5): archives every record of `deliveries.dlq`,
+//! `events.quarantine` and the attempt log `deliveries.attempts` durably (Avro object container files, partitioned by date and tenant,
 //! each row with its Kafka coordinates) and commits only after the archive write is durable;
-//! `inspect` and `replay` let operators list, count and re-send dead letters, each
+//! `inspect` and `replay` let operators list, count and re-send dead letters, and `trace`
+//! shows a delivery's timeline from the attempt log or its archive, each
 //! coordinate once even where a crash archived it twice, without touching the sink's
 //! consumer group.
 
@@ -17,6 +18,7 @@ pub mod row;
 mod service;
 pub mod source;
 pub mod store;
+pub mod trace;
 
 use hookline_envelope::{TopicError, Topics};
 use hookline_runtime::{ops::Ops, topic_check, RuntimeError};
@@ -77,7 +79,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DlqS
     ops.health
         .set_ready(STAGE, Err("waiting for topics".into()));
     let result = async {
-        let needed = [topics.dlq(), topics.quarantine()];
+        let mut needed = vec![topics.dlq(), topics.quarantine()];
+        if config.sink.archive_attempts {
+            needed.push(topics.attempts());
+        }
         if !topic_check::wait_for_topics(
             &config.common,
             &needed,

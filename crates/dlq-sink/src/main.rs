@@ -30,6 +30,12 @@ enum Command {
     /// refused and the exit code is 2). Reads by assignment, never commits.
     #[command(after_help = EXIT_CODES_HELP)]
     Replay(hookline_dlq_sink::replay::ReplayArgs),
+    /// The timeline of each matching delivery from the attempt log (`deliveries.attempts`,
+    /// or its archive with --from-archive / --archive DIR): attempts with status and
+    /// duration, tiers, parkings, dead-lettering, replays. A table per delivery, or JSON
+    /// lines with --json. Reads by assignment, never commits.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Trace(hookline_dlq_sink::trace::TraceArgs),
 }
 
 fn exit(code: i32) -> ExitCode {
@@ -78,6 +84,9 @@ async fn main() -> ExitCode {
         Command::Replay(args) => hookline_dlq_sink::replay::run(common, archive, args, &mut stdout)
             .await
             .map(|summary| summary.exit_code()),
+        Command::Trace(args) => hookline_dlq_sink::trace::run(common, archive, args, &mut stdout)
+            .await
+            .map(|_| EXIT_OK),
     };
     match result {
         Ok(code) => exit(code),

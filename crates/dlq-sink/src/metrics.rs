@@ -9,7 +9,7 @@ use crate::{archive::SealedFile, row::reason_labels};
 
 /// Zeroes the labelled series so dashboards show them before the first record.
 pub(crate) fn describe() {
-    for topic in ["dlq", "quarantine"] {
+    for topic in ["dlq", "quarantine", "attempts"] {
         metrics::counter!(m::DLQ_SINK_FILES_WRITTEN, label::TOPIC => topic).absolute(0);
         for reason in reason_labels() {
             metrics::counter!(m::DLQ_SINK_ARCHIVED, label::TOPIC => topic, label::REASON => *reason)

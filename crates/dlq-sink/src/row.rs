@@ -8,7 +8,9 @@ use std::sync::LazyLock;
 use apache_avro::Schema;
 use chrono::{DateTime, Utc};
 use hookline_core::DeadLetterReason;
-use hookline_envelope::{decode, error_chain, DeadLetter, QuarantineReason, QuarantinedEvent};
+use hookline_envelope::{
+    decode, error_chain, AttemptRecord, DeadLetter, QuarantineReason, QuarantinedEvent,
+};
 use serde::{Deserialize, Serialize};
 
 /// The archive row schema, compiled in from `schemas/archive_row.avsc`.
@@ -35,6 +37,8 @@ pub enum Kind {
     Dlq,
     /// `events.quarantine`: undecodable events.
     Quarantine,
+    /// `deliveries.attempts`: the attempt log.
+    Attempts,
 }
 
 impl Kind {
@@ -43,6 +47,7 @@ impl Kind {
         match self {
             Self::Dlq => "dlq",
             Self::Quarantine => "quarantine",
+            Self::Attempts => "attempts",
         }
     }
 
@@ -51,6 +56,7 @@ impl Kind {
         match self {
             Self::Dlq => "DeadLetter",
             Self::Quarantine => "QuarantinedEvent",
+            Self::Attempts => "AttemptRecord",
         }
     }
 }
@@ -188,6 +194,10 @@ impl ArchiveRow {
                 Ok(q) => row.fill_quarantined(&q),
                 Err(e) => row.decode_error = Some(error_chain(&e)),
             },
+            Kind::Attempts => match decode::<AttemptRecord>(value) {
+                Ok(a) => row.fill_attempt(&a),
+                Err(e) => row.decode_error = Some(error_chain(&e)),
+            },
         }
         row
     }
@@ -205,6 +215,22 @@ impl ArchiveRow {
         self.last_status = dl.last_status;
         self.dead_at = Some(dl.dead_at);
         self.detail = dl.detail.clone();
+    }
+
+    /// An attempt record's row: `reason` is its `kind:outcome` (`attempted:delivered`,
+    /// `dead_lettered:cancelled`, ...), `dead_at` its `at`, `last_status` its status.
+    fn fill_attempt(&mut self, a: &AttemptRecord) {
+        self.record_type = Kind::Attempts.record_type().to_owned();
+        self.tenant_id = Some(a.tenant_id.clone());
+        self.subscription_id = Some(a.subscription_id.clone());
+        self.event_type = Some(a.event_type.clone());
+        self.event_id = Some(a.event_id.clone());
+        self.delivery_id = Some(a.delivery_id.clone());
+        self.reason = format!("{}:{}", a.kind, a.outcome);
+        self.attempt = Some(a.attempt);
+        self.last_status = a.status;
+        self.dead_at = Some(a.at);
+        self.detail = a.detail.clone();
     }
 
     fn fill_quarantined(&mut self, q: &QuarantinedEvent) {

@@ -1,4 +1,5 @@
-//! The archiving loop: reads `deliveries.dlq` and `events.quarantine` in a consumer group,
+//! The archiving loop: reads `deliveries.dlq`, `events.quarantine` and (unless
+//! `--archive-attempts=false`) the attempt log `deliveries.attempts` in a consumer group,
 //! appends every record to an open archive file and commits a partition's offset only after
 //! every file holding its earlier records is durable.
 //!
@@ -53,6 +54,7 @@ pub(crate) struct SinkLoop {
     committed: std::collections::HashMap<(String, i32), i64>,
     grace: Duration,
     stall_timeout: Duration,
+    attempts: bool,
     stop: CancellationToken,
 }
 
@@ -79,6 +81,7 @@ impl SinkLoop {
             health,
             committed: Default::default(),
             grace: config.common.shutdown_grace,
+            attempts: config.sink.archive_attempts,
             stop,
         })
     }
@@ -86,7 +89,10 @@ impl SinkLoop {
     /// Archives until `stop`, then writes every open file and commits.
     pub(crate) async fn run(mut self) -> Result<(), DlqSinkError> {
         let stop = self.stop.clone();
-        let wanted = [self.topics.dlq(), self.topics.quarantine()];
+        let mut wanted = vec![self.topics.dlq(), self.topics.quarantine()];
+        if self.attempts {
+            wanted.push(self.topics.attempts());
+        }
         self.consumer
             .subscribe(&wanted)
             .map_err(|e| hookline_runtime::RuntimeError::kafka("subscribing", e))?;
@@ -166,6 +172,8 @@ impl SinkLoop {
             Kind::Dlq
         } else if msg.topic() == self.topics.quarantine() {
             Kind::Quarantine
+        } else if msg.topic() == self.topics.attempts() {
+            Kind::Attempts
         } else {
             tracing::warn!(
                 topic = msg.topic(),

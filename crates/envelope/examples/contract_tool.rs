@@ -17,8 +17,8 @@ use std::{
 
 use anyhow::{anyhow, bail, Context};
 use hookline_envelope::{
-    decode, delivery_id, encode, DeadLetter, Delivery, DomainEvent, QuarantinedEvent, Record,
-    RecordKind, Subscription,
+    decode, delivery_id, encode, AttemptRecord, DeadLetter, Delivery, DomainEvent,
+    QuarantinedEvent, Record, RecordKind, Subscription,
 };
 
 fn main() -> ExitCode {
@@ -72,6 +72,7 @@ fn dispatch(kind: RecordKind, op: Op<'_>) -> anyhow::Result<String> {
         RecordKind::Delivery => apply::<Delivery>(op),
         RecordKind::DeadLetter => apply::<DeadLetter>(op),
         RecordKind::QuarantinedEvent => apply::<QuarantinedEvent>(op),
+        RecordKind::AttemptRecord => apply::<AttemptRecord>(op),
     }
 }
 

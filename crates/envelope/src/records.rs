@@ -235,6 +235,79 @@ impl Record for QuarantinedEvent {
     const KIND: RecordKind = RecordKind::QuarantinedEvent;
 }
 
+/// One step in the life of a delivery — an attempt, a parking, a dead-lettering — on
+/// `deliveries.attempts` (`schemas/attempt_record.avsc`). Never a secret, a URL, a payload
+/// or a response body; `detail` is at most [`MAX_ATTEMPT_DETAIL_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// The delivery's id (the `webhook-id`).
+    pub delivery_id: String,
+    /// The event's id.
+    pub event_id: String,
+    /// Owning tenant; the Kafka key.
+    pub tenant_id: String,
+    /// Target subscription.
+    pub subscription_id: String,
+    /// The event's type.
+    pub event_type: String,
+    /// `attempted`, `parked` or `dead_lettered` ([`AttemptRecord::ATTEMPTED`], ...).
+    pub kind: String,
+    /// `delivered`, `retried`, `held`, `rejected`, `exhausted`; a park reason; a
+    /// dead-letter reason.
+    pub outcome: String,
+    /// The number of this attempt (1 for the first); otherwise the attempts made so far.
+    pub attempt: i32,
+    /// When it happened (an attempt: its start), ms since the Unix epoch.
+    pub at: i64,
+    /// How long the attempt took, in ms.
+    #[serde(default)]
+    pub duration_ms: Option<i64>,
+    /// Bounded classification of the attempt's result (`http_503`, `timeout`, ...).
+    #[serde(default)]
+    pub classification: Option<String>,
+    /// HTTP status, if there was a response.
+    #[serde(default)]
+    pub status: Option<i32>,
+    /// Short explanation, at most [`MAX_ATTEMPT_DETAIL_BYTES`].
+    #[serde(default)]
+    pub detail: Option<String>,
+    /// The retry tier it was read from; `None` for the ready queue.
+    #[serde(default)]
+    pub from_tier: Option<String>,
+    /// The retry tier it was written to.
+    #[serde(default)]
+    pub tier: Option<String>,
+    /// When it is due again, ms since the Unix epoch.
+    #[serde(default)]
+    pub next_due_at: Option<i64>,
+    /// Set when the delivery is a replay of a dead letter.
+    #[serde(default)]
+    pub replay_of: Option<ReplayOf>,
+    /// The W3C trace id of the delivery's `traceparent`.
+    #[serde(default)]
+    pub trace_id: Option<String>,
+    /// Retry policy version of the writer.
+    #[serde(default)]
+    pub policy_version: Option<String>,
+}
+
+impl AttemptRecord {
+    /// `kind` of an attempt.
+    pub const ATTEMPTED: &'static str = "attempted";
+    /// `kind` of a parking on a tier, no attempt spent.
+    pub const PARKED: &'static str = "parked";
+    /// `kind` of a dead-lettering.
+    pub const DEAD_LETTERED: &'static str = "dead_lettered";
+}
+
+impl Record for AttemptRecord {
+    const KIND: RecordKind = RecordKind::AttemptRecord;
+}
+
+/// Upper bound, in UTF-8 bytes, of `AttemptRecord.detail`: one record per attempt, so
+/// smaller than a dead letter's.
+pub const MAX_ATTEMPT_DETAIL_BYTES: usize = 256;
+
 /// Why a record was quarantined: the `reason` of a [`QuarantinedEvent`] and a metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QuarantineReason {
@@ -289,10 +362,15 @@ pub const MAX_DETAIL_BYTES: usize = 1024;
 
 /// Truncates `detail` to at most [`MAX_DETAIL_BYTES`] bytes on a character boundary.
 pub fn bounded_detail(detail: &str) -> String {
-    if detail.len() <= MAX_DETAIL_BYTES {
+    truncate_detail(detail, MAX_DETAIL_BYTES)
+}
+
+/// Truncates `detail` to at most `max` bytes on a character boundary.
+pub fn truncate_detail(detail: &str, max: usize) -> String {
+    if detail.len() <= max {
         return detail.to_owned();
     }
-    let mut end = MAX_DETAIL_BYTES;
+    let mut end = max;
     while !detail.is_char_boundary(end) {
         end -= 1;
     }

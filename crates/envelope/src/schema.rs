@@ -32,16 +32,19 @@ pub enum RecordKind {
     DeadLetter,
     /// `dev.hookline.v1.QuarantinedEvent`
     QuarantinedEvent,
+    /// `dev.hookline.v1.AttemptRecord`
+    AttemptRecord,
 }
 
 impl RecordKind {
     /// Every record kind, in declaration order.
-    pub const ALL: [RecordKind; 5] = [
+    pub const ALL: [RecordKind; 6] = [
         Self::DomainEvent,
         Self::Subscription,
         Self::Delivery,
         Self::DeadLetter,
         Self::QuarantinedEvent,
+        Self::AttemptRecord,
     ];
 
     /// The record's simple name, e.g. `DomainEvent`.
@@ -52,6 +55,7 @@ impl RecordKind {
             Self::Delivery => "Delivery",
             Self::DeadLetter => "DeadLetter",
             Self::QuarantinedEvent => "QuarantinedEvent",
+            Self::AttemptRecord => "AttemptRecord",
         }
     }
 
@@ -68,6 +72,7 @@ impl RecordKind {
             Self::Delivery => include_str!("../../../schemas/delivery.avsc"),
             Self::DeadLetter => include_str!("../../../schemas/dead_letter.avsc"),
             Self::QuarantinedEvent => include_str!("../../../schemas/quarantined_event.avsc"),
+            Self::AttemptRecord => include_str!("../../../schemas/attempt_record.avsc"),
         }
     }
 

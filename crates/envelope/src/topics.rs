@@ -21,7 +21,7 @@ pub const DEFAULT_RETRY_TIERS: [&str; DEFAULT_TIERS.len()] = {
 };
 
 /// Tier names that would spell another topic's name.
-const RESERVED_TIERS: [&str; 2] = ["dlq", "strict"];
+const RESERVED_TIERS: [&str; 3] = ["dlq", "strict", "attempts"];
 
 /// Kafka's maximum topic name length.
 pub const MAX_TOPIC_LEN: usize = 249;
@@ -50,7 +50,7 @@ pub enum TopicError {
         /// The repeated tier.
         tier: String,
     },
-    /// A tier name whose topic is another topic's (`dlq`, `strict`).
+    /// A tier name whose topic is another topic's (`dlq`, `strict`, `attempts`).
     #[error("retry tier name `{tier}` is reserved: deliveries.{tier} is another topic")]
     ReservedTier {
         /// The reserved name.
@@ -77,6 +77,7 @@ pub struct Topics {
     retries: Vec<(String, String)>,
     dlq: String,
     quarantine: String,
+    attempts: String,
 }
 
 impl Default for Topics {
@@ -142,6 +143,7 @@ impl Topics {
                 .collect(),
             dlq: name("deliveries.dlq"),
             quarantine: name("events.quarantine"),
+            attempts: name("deliveries.attempts"),
             prefix,
         }
     }
@@ -197,8 +199,14 @@ impl Topics {
         &self.quarantine
     }
 
+    /// `{prefix}deliveries.attempts`: the attempt log, one `AttemptRecord` per attempt,
+    /// parking and dead-lettering.
+    pub fn attempts(&self) -> &str {
+        &self.attempts
+    }
+
     /// Every topic: events, subscriptions, deliveries, deliveries.strict, each
-    /// retry tier, dlq, quarantine.
+    /// retry tier, dlq, quarantine, attempts.
     pub fn all(&self) -> Vec<&str> {
         let mut all = vec![
             self.events(),
@@ -207,7 +215,7 @@ impl Topics {
             self.strict(),
         ];
         all.extend(self.retries().map(|(_, topic)| topic));
-        all.extend([self.dlq(), self.quarantine()]);
+        all.extend([self.dlq(), self.quarantine(), self.attempts()]);
         all
     }
 
@@ -235,6 +243,7 @@ impl Topics {
                 !tier.is_empty()
                     && check_chars("retry tier", tier).is_ok()
                     && topic != self.dlq
+                    && topic != self.attempts
                     && topic.len() <= MAX_TOPIC_LEN
             })
     }
@@ -278,6 +287,7 @@ mod tests {
                 "deliveries.retry-2h",
                 "deliveries.dlq",
                 "events.quarantine",
+                "deliveries.attempts",
             ]
         );
         assert_eq!(t, Topics::with_prefix("").unwrap());
@@ -285,7 +295,7 @@ mod tests {
         assert_eq!(t.retry("retry-3d"), None);
         assert_eq!(t.dispatcher_inputs().len(), 6);
         assert_eq!(t.strict(), "deliveries.strict");
-        for reserved in ["dlq", "strict"] {
+        for reserved in ["dlq", "strict", "attempts"] {
             assert_eq!(
                 Topics::new("", &[reserved]),
                 Err(TopicError::ReservedTier {
@@ -310,12 +320,13 @@ mod tests {
         );
         assert_eq!(t.dlq(), "test-42.deliveries.dlq");
         assert_eq!(t.quarantine(), "test-42.events.quarantine");
+        assert_eq!(t.attempts(), "test-42.deliveries.attempts");
         assert!(t.all().iter().all(|n| n.starts_with("test-42.")));
     }
 
     #[test]
     fn illegal_names_are_typed_errors() {
-        let cases: [(&str, &[&str], TopicError); 5] = [
+        let cases: [(&str, &[&str], TopicError); 6] = [
             (
                 "a/b",
                 &["r"],
@@ -346,6 +357,13 @@ mod tests {
             ("", &[""], TopicError::EmptyTier),
             (
                 "",
+                &["r", "attempts"],
+                TopicError::ReservedTier {
+                    tier: "attempts".into(),
+                },
+            ),
+            (
+                "",
                 &["a", "b", "a"],
                 TopicError::DuplicateTier { tier: "a".into() },
             ),
@@ -361,15 +379,14 @@ mod tests {
 
     #[test]
     fn names_longer_than_249_are_refused() {
-        // The longest name is `{prefix}deliveries.strict` (17, as long as
-        // `events.quarantine`, and listed first) with short tiers.
-        let ok = "p".repeat(MAX_TOPIC_LEN - "deliveries.strict".len());
+        // The longest name is `{prefix}deliveries.attempts` (19) with short tiers.
+        let ok = "p".repeat(MAX_TOPIC_LEN - "deliveries.attempts".len());
         assert!(Topics::new(&ok, &["r"]).is_ok());
         let long = format!("{ok}p");
         match Topics::new(&long, &["r"]) {
             Err(TopicError::TooLong { len, topic }) => {
                 assert_eq!(len, 250);
-                assert_eq!(topic, format!("{long}deliveries.strict"));
+                assert_eq!(topic, format!("{long}deliveries.attempts"));
             }
             other => panic!("expected TooLong, got {other:?}"),
         }
@@ -394,6 +411,7 @@ mod tests {
         }
         for topic in [
             "p.deliveries.dlq",
+            "p.deliveries.attempts",
             "p.events.quarantine",
             "p.subscriptions",
             "p.deliveries.",

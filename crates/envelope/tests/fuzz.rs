@@ -24,8 +24,9 @@ use std::{
 use apache_avro::Schema;
 use common::*;
 use hookline_envelope::{
-    encode, fingerprint_of, DatumError, DeadLetter, DecodeError, Delivery, DomainEvent,
-    KnownSchema, QuarantinedEvent, Record, RecordKind, Registry, Subscription, HEADER_LEN, MAGIC,
+    encode, fingerprint_of, AttemptRecord, DatumError, DeadLetter, DecodeError, Delivery,
+    DomainEvent, KnownSchema, QuarantinedEvent, Record, RecordKind, Registry, Subscription,
+    HEADER_LEN, MAGIC,
 };
 use proptest::{
     collection::vec,
@@ -238,6 +239,7 @@ fn samples() -> Vec<Seed> {
         Seed::current(&sample_delivery()),
         Seed::current(&sample_dead_letter()),
         Seed::current(&sample_quarantined()),
+        Seed::current(&sample_attempt()),
     ]
 }
 
@@ -260,6 +262,7 @@ fn seed() -> BoxedStrategy<Seed> {
         2 => delivery().prop_map(|r| Seed::current(&r)).boxed(),
         2 => dead_letter().prop_map(|r| Seed::current(&r)).boxed(),
         2 => quarantined_event().prop_map(|r| Seed::current(&r)).boxed(),
+        2 => attempt_record().prop_map(|r| Seed::current(&r)).boxed(),
         1 => (domain_event(), select(other_writers(RecordKind::DomainEvent)))
             .prop_map(|(r, w)| Seed::written_by(&r, w))
             .boxed(),
@@ -728,6 +731,7 @@ fn check(
         check_as::<Delivery>(registry, bytes, stats)?,
         check_as::<DeadLetter>(registry, bytes, stats)?,
         check_as::<QuarantinedEvent>(registry, bytes, stats)?,
+        check_as::<AttemptRecord>(registry, bytes, stats)?,
     ];
     let took = started.elapsed();
     if took > stats.max_time {

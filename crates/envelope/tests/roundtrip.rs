@@ -7,8 +7,8 @@ use std::fmt::Debug;
 
 use common::*;
 use hookline_envelope::{
-    decode, encode, fingerprint_of, kind_of, DeadLetter, Delivery, DomainEvent, QuarantinedEvent,
-    Record, Subscription, HEADER_LEN, MAGIC,
+    decode, encode, fingerprint_of, kind_of, AttemptRecord, DeadLetter, Delivery, DomainEvent,
+    QuarantinedEvent, Record, Subscription, HEADER_LEN, MAGIC,
 };
 use proptest::prelude::*;
 
@@ -29,6 +29,7 @@ fn every_record_round_trips_with_all_fields_set() {
     assert_round_trip(&sample_delivery());
     assert_round_trip(&sample_dead_letter());
     assert_round_trip(&sample_quarantined());
+    assert_round_trip(&sample_attempt());
 }
 
 #[test]
@@ -61,6 +62,19 @@ fn every_record_round_trips_with_optional_fields_empty() {
     q.key = None;
     q.headers.clear();
     assert_round_trip(&q);
+
+    let mut a = sample_attempt();
+    a.duration_ms = None;
+    a.classification = None;
+    a.status = None;
+    a.detail = None;
+    a.from_tier = None;
+    a.tier = None;
+    a.next_due_at = None;
+    a.replay_of = None;
+    a.trace_id = None;
+    a.policy_version = None;
+    assert_round_trip(&a);
 }
 
 #[test]
@@ -101,6 +115,9 @@ proptest! {
 
     #[test]
     fn quarantined_events_round_trip(r in quarantined_event()) { assert_round_trip(&r) }
+
+    #[test]
+    fn attempt_records_round_trip(r in attempt_record()) { assert_round_trip(&r) }
 }
 
 /// Decodes `bytes` as every record type; only errors or values may come back.
@@ -110,6 +127,7 @@ fn decode_all(bytes: &[u8]) {
     let _ = decode::<Delivery>(bytes);
     let _ = decode::<DeadLetter>(bytes);
     let _ = decode::<QuarantinedEvent>(bytes);
+    let _ = decode::<AttemptRecord>(bytes);
     let _ = kind_of(bytes);
 }
 
@@ -120,6 +138,7 @@ fn valid_encodings() -> Vec<Vec<u8>> {
         encode(&sample_delivery()),
         encode(&sample_dead_letter()),
         encode(&sample_quarantined()),
+        encode(&sample_attempt()),
     ]
 }
 

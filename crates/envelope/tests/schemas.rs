@@ -14,6 +14,7 @@ fn fingerprints_are_pinned() {
         (RecordKind::Delivery, "6b3ad52d17e31a4a"),
         (RecordKind::DeadLetter, "fd41a47742f439e2"),
         (RecordKind::QuarantinedEvent, "b3ebb17e789552b9"),
+        (RecordKind::AttemptRecord, "ad9f8b89f2f8dfc3"),
     ];
     for (kind, want) in pinned {
         let le: String = kind
@@ -171,6 +172,27 @@ fn dead_letter_inlines_the_current_delivery() {
     assert_eq!(
         inlined["type"], delivery,
         "copy schemas/delivery.avsc into dead_letter.avsc"
+    );
+}
+
+/// AttemptRecord inlines ReplayOf (from Delivery) so its file parses alone; the copy must
+/// stay identical.
+#[test]
+fn attempt_record_inlines_the_current_replay_of() {
+    let field = |kind: RecordKind, name: &str| {
+        let json: serde_json::Value = serde_json::from_str(kind.current_source()).unwrap();
+        json["fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap()["type"]
+            .clone()
+    };
+    assert_eq!(
+        field(RecordKind::AttemptRecord, "replay_of"),
+        field(RecordKind::Delivery, "replay_of"),
+        "copy Delivery.replay_of of schemas/delivery.avsc into attempt_record.avsc"
     );
 }
 

@@ -252,6 +252,11 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
                     "quarantines undecodable deliveries",
                 ),
                 topic(
+                    t.attempts(),
+                    vec![Write, DescribeConfigs],
+                    "writes the attempt log in its transactions",
+                ),
+                topic(
                     t.subscriptions(),
                     vec![Read, Write, DescribeConfigs],
                     "follows the table; writes a subscription disabled (410, breaker) in its transactions",
@@ -279,6 +284,11 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
                 t.quarantine(),
                 vec![Read, DescribeConfigs],
                 "archives quarantined records",
+            ),
+            topic(
+                t.attempts(),
+                vec![Read, DescribeConfigs],
+                "archives the attempt log",
             ),
             other(
                 Resource::Group(names.dlq_sink_group.clone()),
@@ -316,6 +326,11 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
                     t.quarantine(),
                     vec![Read],
                     "reads quarantined records by assignment",
+                ),
+                topic(
+                    t.attempts(),
+                    vec![Read],
+                    "reads the attempt log by assignment (trace)",
                 ),
                 topic(t.events(), vec![Write], "returns quarantined events"),
                 topic(
@@ -617,6 +632,7 @@ mod tests {
                 .unwrap_or_default()
         };
         assert!(ops_on(n.topics.subscriptions()).contains(&Operation::Write));
+        assert!(ops_on(n.topics.attempts()).contains(&Operation::Write));
         for (_, tier) in n.topics.retries() {
             assert_eq!(
                 ops_on(tier),

@@ -520,7 +520,8 @@ def test_strimzi_topics_replace_the_hook_and_carry_safe_settings(rendered):
     assert not kinds(docs, "Job")
     topics = {t["spec"]["topicName"]: t for t in kinds(docs, "KafkaTopic")}
     tiers = [f"prod.deliveries.retry-{d}" for d in ("10s", "1m", "15m", "2h")]
-    assert list(topics) == ["prod.events", "prod.subscriptions", "prod.deliveries", "prod.deliveries.strict", *tiers, "prod.deliveries.dlq", "prod.events.quarantine"]
+    assert list(topics) == ["prod.events", "prod.subscriptions", "prod.deliveries", "prod.deliveries.strict", *tiers,
+                            "prod.deliveries.dlq", "prod.events.quarantine", "prod.deliveries.attempts"]
     for name, t in topics.items():
         assert t["metadata"]["labels"]["strimzi.io/cluster"] == "main"
         assert re.fullmatch(r"[a-z0-9.-]+", t["metadata"]["name"]), t["metadata"]["name"]
@@ -536,6 +537,9 @@ def test_strimzi_topics_replace_the_hook_and_carry_safe_settings(rendered):
         topics["prod.events"]["spec"]["config"]["max.message.bytes"]
     )
     assert topics["prod.events"]["spec"]["config"]["compression.type"] == "zstd"
+    # The attempt log holds small records: the base size, as `hookline-fanout topics` gives it.
+    assert topics["prod.deliveries.attempts"]["spec"]["config"]["max.message.bytes"] == topics[
+        "prod.deliveries"]["spec"]["config"]["max.message.bytes"]
 
 
 def test_strimzi_refuses_unsafe_topic_settings():
@@ -590,14 +594,14 @@ def partitions_of(v: dict, topic: str) -> int:
 def consumer_partitions(v: dict, key: str) -> int:
     """The replicas a component's consumers keep busy: fanout has one consumer on
     events; the dispatcher one per topic (deliveries and each retry tier), so
-    the fewest partitions among them; the dlq-sink one on the DLQ and the
-    quarantine together, so their sum."""
+    the fewest partitions among them; the dlq-sink one on the DLQ, the
+    quarantine and the attempt log together, so their sum."""
     if key == "fanout":
         return partitions_of(v, "events")
     if key == "dispatcher":
         topics = ["deliveries", *(f"deliveries.{t['name']}" for t in v["topics"]["retryTiers"])]
         return min(partitions_of(v, t) for t in topics)
-    return partitions_of(v, "deliveries.dlq") + partitions_of(v, "events.quarantine")
+    return sum(partitions_of(v, t) for t in ("deliveries.dlq", "events.quarantine", "deliveries.attempts"))
 
 
 @pytest.mark.parametrize("values", VALUE_FILES)
@@ -651,15 +655,16 @@ def test_replicas_beyond_the_partitions_their_consumers_read_fail_rendering():
     # The tiers are those of topics.retryTiers, each topic deliveries.<name>.
     fails("dispatcher.replicaCount (6) exceeds the partitions of deliveries.retry-5m (4)", "-f", str(VALUES_DIR / "retry-ladder.yaml"),
           "--set", "topics.perTopic.deliveries\\.retry-5m.partitions=4", "--set", "dispatcher.replicaCount=6")
-    # dlq-sink: one consumer shares the DLQ's and the quarantine's partitions.
-    err = fails("dlqSink.replicaCount (25) exceeds the partitions of deliveries.dlq + events.quarantine (24)",
-                "--set", "dlqSink.replicaCount=25")
+    # dlq-sink: one consumer shares the DLQ's, the quarantine's and the attempt log's partitions.
+    err = fails("dlqSink.replicaCount (37) exceeds the partitions of deliveries.dlq + events.quarantine + deliveries.attempts (36)",
+                "--set", "dlqSink.replicaCount=37")
     assert "lower dlqSink.replicaCount" in err
-    renders("--set", "dlqSink.replicaCount=24")
-    small = ["--set", "topics.perTopic.deliveries\\.dlq.partitions=3", "--set", "topics.perTopic.events\\.quarantine.partitions=1"]
-    fails("dlqSink.autoscaling.maxReplicas (5) exceeds the partitions of deliveries.dlq + events.quarantine (4)",
-          *small, *autoscaled("dlqSink", "hpa", 5))
-    renders(*small, *autoscaled("dlqSink", "hpa", 4))
+    renders("--set", "dlqSink.replicaCount=36")
+    small = ["--set", "topics.perTopic.deliveries\\.dlq.partitions=3", "--set", "topics.perTopic.events\\.quarantine.partitions=1",
+             "--set", "topics.perTopic.deliveries\\.attempts.partitions=1"]
+    fails("dlqSink.autoscaling.maxReplicas (6) exceeds the partitions of deliveries.dlq + events.quarantine + deliveries.attempts (5)",
+          *small, *autoscaled("dlqSink", "hpa", 6))
+    renders(*small, *autoscaled("dlqSink", "hpa", 5))
 
 
 def test_values_schema_is_strict():

@@ -19,6 +19,16 @@
 //! A partition's committed offset goes no further than its first finished
 //! record whose hand-off is not in the same transaction.
 //!
+//! The attempt log (`attempt_log.rs`): a hand-off carries its attempt records,
+//! so they commit with it. A delivered attempt has no hand-off: its record is
+//! queued here before its source record is finished, and every transaction
+//! takes the whole queue before computing its offsets, so the transaction
+//! whose offsets first pass a delivered record carries its attempt record (or
+//! an earlier one did). The queue rides the `--commit-interval` transactions
+//! (it starts one early only when it holds [`LOG_BATCH`] records); a failed
+//! transaction puts its records back in front. Nothing is added to the hot
+//! path of a delivery: its lane slot is freed at once, as without the log.
+//!
 //! One transaction runs at a time. One that fails is aborted and its
 //! partitions become suspect: each is then tried alone (its hand-offs and
 //! offsets), with a growing back-off while it keeps failing, so one hand-off
@@ -29,7 +39,7 @@
 //! limits bound what waits. Hand-offs of partitions no longer assigned are
 //! forgotten; their new owner re-attempts those records.
 
-use std::{panic::AssertUnwindSafe, sync::Arc, time::Duration};
+use std::{collections::VecDeque, panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
 use futures::FutureExt;
 
@@ -41,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     attempt::Finished,
+    attempt_log::Logged,
     config::CommitSettings,
     events,
     handoff::{Batch, Handoff, Pending, RETRY_BACKOFF},
@@ -58,9 +69,13 @@ pub(super) struct Outcome {
     took: Duration,
 }
 
+/// Queued attempt-log records that start a transaction before the interval.
+pub(crate) const LOG_BATCH: usize = 5_000;
+
 /// The transaction in progress.
 struct InFlight {
     handoffs: Arc<Vec<Handoff>>,
+    log: Arc<Vec<Logged>>,
     offsets: Vec<(Part, i64)>,
     solo: Option<Part>,
     task: JoinHandle<Outcome>,
@@ -71,6 +86,8 @@ pub(crate) struct Commits {
     transactor: Option<Transactor>,
     in_flight: Option<InFlight>,
     pending: Pending,
+    /// Attempt-log records of delivered attempts, for the next transaction.
+    log: VecDeque<Logged>,
     interval: Duration,
     last: Instant,
     /// After a failed offsets-only transaction.
@@ -95,6 +112,7 @@ impl Commits {
             transactor: Some(transactor),
             in_flight: None,
             pending: Pending::default(),
+            log: VecDeque::new(),
             interval: settings.interval,
             last: Instant::now(),
             retry_at: None,
@@ -105,6 +123,12 @@ impl Commits {
     /// A hand-off to commit with its source offset.
     pub(crate) fn defer(&mut self, handoff: Handoff) {
         self.pending.defer(handoff);
+    }
+
+    /// Attempt-log records of a delivered attempt, queued before its source
+    /// record is finished.
+    pub(crate) fn log(&mut self, records: Vec<Logged>) {
+        self.log.extend(records);
     }
 
     /// Forgets hand-offs of source records matching `which`.
@@ -141,7 +165,7 @@ impl Commits {
     }
 
     fn pending(&self) -> bool {
-        !self.pending.is_empty() || self.in_flight.is_some()
+        !self.pending.is_empty() || !self.log.is_empty() || self.in_flight.is_some()
     }
 }
 
@@ -170,36 +194,43 @@ impl Engine {
         let batch = self.commits.pending.take(now);
         let offsets_due = force
             || (now >= self.commits.last + self.commits.interval
-                && self.commits.retry_at.is_none_or(|at| now >= at));
+                && self.commits.retry_at.is_none_or(|at| now >= at))
+            || (self.commits.log.len() >= LOG_BATCH && self.commits.retry_at.is_none());
         if batch.handoffs.is_empty() && !offsets_due {
             return;
         }
+        // Taken before the offsets are computed: every delivered record those
+        // offsets pass had its attempt record queued already.
+        let log: Vec<Logged> = self.commits.log.drain(..).collect();
         let pending = &self.commits.pending;
         let offsets = self
             .machine
             .offsets_mut()
             .to_commit(|part| pending.cap(part));
-        if batch.handoffs.is_empty() && offsets.is_empty() {
+        if batch.handoffs.is_empty() && offsets.is_empty() && log.is_empty() {
             self.commits.last = now;
             return;
         }
         let groups = match self.group_offsets(&offsets) {
             Ok(groups) => groups,
             Err(why) => {
-                self.failed(batch, now, &why, "aborted");
+                self.failed(batch, log, now, &why, "aborted");
                 return;
             }
         };
         let Some(mut transactor) = self.commits.transactor.take() else {
+            self.commits.unlog(log);
             return;
         };
         let solo = batch.solo;
         let handoffs = Arc::new(batch.handoffs);
         let batch = Arc::clone(&handoffs);
+        let log = Arc::new(log);
+        let records = Arc::clone(&log);
         let stop = self.commits.stop.clone();
         let task = tokio::spawn(async move {
             let started = std::time::Instant::now();
-            let result = AssertUnwindSafe(transact(&transactor, &batch, groups))
+            let result = AssertUnwindSafe(transact(&transactor, &batch, &records, groups))
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
@@ -208,6 +239,7 @@ impl Engine {
                 });
             let took = started.elapsed();
             drop(batch);
+            drop(records);
             let transactor = match &result {
                 Ok(()) => Some(transactor),
                 Err(error) => match transactor.recover(error, &stop).await {
@@ -226,6 +258,7 @@ impl Engine {
         });
         self.commits.in_flight = Some(InFlight {
             handoffs,
+            log,
             offsets,
             solo,
             task,
@@ -263,6 +296,7 @@ impl Engine {
     pub(super) fn on_committed(&mut self, done: Result<Outcome, tokio::task::JoinError>) {
         let Some(InFlight {
             handoffs,
+            log,
             offsets,
             solo,
             ..
@@ -270,8 +304,9 @@ impl Engine {
         else {
             return;
         };
-        // The task has ended, so this is the only reference left.
+        // The task has ended, so these are the only references left.
         let handoffs = Arc::try_unwrap(handoffs).unwrap_or_else(|shared| (*shared).clone());
+        let log = Arc::try_unwrap(log).unwrap_or_else(|shared| (*shared).clone());
         let now = Instant::now();
         let (result, took) = match done {
             Ok(outcome) => {
@@ -286,6 +321,9 @@ impl Engine {
         match result {
             Ok(()) => {
                 metrics::transaction("committed", took);
+                metrics::attempt_log_written(
+                    log.len() + handoffs.iter().map(|h| h.log.len()).sum::<usize>(),
+                );
                 self.machine.offsets_mut().committed(&offsets);
                 for h in &handoffs {
                     h.emit_written();
@@ -301,7 +339,7 @@ impl Engine {
                     "fenced"
                 };
                 metrics::transaction(outcome, took);
-                self.failed(Batch { handoffs, solo }, now, &error, outcome);
+                self.failed(Batch { handoffs, solo }, log, now, &error, outcome);
             }
         }
     }
@@ -311,10 +349,14 @@ impl Engine {
     fn failed(
         &mut self,
         batch: Batch,
+        log: Vec<Logged>,
         now: Instant,
         error: &dyn std::fmt::Display,
         outcome: &'static str,
     ) {
+        // Back in front, for the next transaction (their attempts happened,
+        // whoever re-attempts the records next).
+        self.commits.unlog(log);
         events::TransactionFailed {
             error,
             handoffs: batch.handoffs.len(),
@@ -347,6 +389,7 @@ impl Engine {
                 .offsets_mut()
                 .to_commit(|part| pending.cap(part))
                 .is_empty();
+            let moved = moved || !self.commits.log.is_empty();
             if !self.commits.pending() && !moved {
                 return true;
             }
@@ -370,13 +413,28 @@ impl Engine {
     }
 }
 
-/// One transaction: the hand-offs, then each consumer's offsets, then commit.
+impl Commits {
+    /// Puts attempt-log records of a transaction that did not commit back in
+    /// front of the queue, in order.
+    fn unlog(&mut self, log: Vec<Logged>) {
+        for r in log.into_iter().rev() {
+            self.log.push_front(r);
+        }
+    }
+}
+
+/// One transaction: the hand-offs (each with its attempt records), the queued
+/// attempt records, then each consumer's offsets, then commit.
 async fn transact(
     transactor: &Transactor,
     handoffs: &[Handoff],
+    log: &[Logged],
     offsets: Vec<GroupOffsets>,
 ) -> Result<(), TxnError> {
     transactor.begin()?;
+    for r in log {
+        transactor.send(&r.topic, Some(&r.key), &r.value).await?;
+    }
     for h in handoffs {
         transactor
             .send(&h.topic, h.record_key.as_deref(), &h.value)
@@ -386,6 +444,9 @@ async fn transact(
             transactor
                 .send(&d.topic, Some(key), &encode(&d.record))
                 .await?;
+        }
+        for r in &h.log {
+            transactor.send(&r.topic, Some(&r.key), &r.value).await?;
         }
     }
     transactor.commit(offsets).await

@@ -44,12 +44,15 @@ impl Engine {
                 tier: input.label,
                 oldest_due_age: age(c.oldest_ready),
                 waiting: c.waiting,
+                due: c.due,
                 paused: c.not_due,
             })
             .collect();
         let lanes = self.machine.lanes();
+        let (first_attempts, retries) = self.machine.running_attempts_by_class();
         metrics::gauges(&metrics::Gauges {
             in_flight: self.machine.running_attempts(),
+            in_flight_by_class: [("first_attempt", first_attempts), ("retry", retries)],
             lanes: lanes.lane_count(),
             rate_limited: lanes.rate_limited_subscriptions(),
             buffered: lanes.buffered_records(),

@@ -29,7 +29,7 @@ use disable::Disabling;
 use hookline_core::{
     BreakerSettings, DeadLetterReason, LaneLimits, LaneSettings, RejectReason, Signal,
 };
-use hookline_envelope::{Delivery, Unusable};
+use hookline_envelope::{decode, Delivery, Unusable};
 use hookline_runtime::{
     group_watch::HeldPartitions,
     health::Health,
@@ -318,16 +318,30 @@ impl Engine {
                 .complete((part, msg.offset()), Finished::Abandoned);
             return;
         };
+        let key = (part, msg.offset());
+        let value = msg.payload().unwrap_or_default().to_vec();
+        // The machine decoded it to decide; decoded again only for its record.
+        let log = match (&self.ctx.attempt_log, decode::<Delivery>(&value)) {
+            (Some(log), Ok(d)) => vec![log.logged(&log.parked(
+                &d,
+                ParkReason::NotDue,
+                (name, d.due_at),
+                hookline_core::epoch::millis(SystemTime::now()),
+                self.ctx.tier_read_from(key),
+            ))],
+            _ => Vec::new(),
+        };
         self.commits.defer(Handoff {
-            key: (part, msg.offset()),
+            key,
             topic: topic.to_owned(),
             record_key: msg.key().map(<[u8]>::to_vec),
-            value: msg.payload().unwrap_or_default().to_vec(),
+            value,
             written: Written::Reparked {
                 tier: name.to_owned(),
                 reason: ParkReason::NotDue,
             },
             disable: None,
+            log,
         });
     }
 
@@ -481,14 +495,18 @@ impl Engine {
                 self.task_keys.remove(&id);
                 self.running.remove(&key);
                 match ended {
-                    Ended::Done => {
+                    Ended::Done(log) => {
                         self.machine
                             .attempted(key, SystemTime::now(), Signal::Success);
+                        // Queued before the record is finished: the transaction
+                        // whose offsets pass it carries its record (`commit.rs`).
+                        self.commits.log(log);
                         self.machine.complete(key, Finished::Durable);
                     }
                     Ended::Abandoned => self.machine.complete(key, Finished::Abandoned),
-                    Ended::Hold(record, signal) => {
+                    Ended::Hold(record, signal, log) => {
                         self.machine.attempted(key, SystemTime::now(), signal);
+                        self.commits.log(log);
                         self.machine.hold(key, *record);
                     }
                     // Finished when it goes into a transaction (`commit.rs`).
@@ -548,6 +566,15 @@ impl Engine {
         } else {
             None
         };
+        let log = self.ctx.attempt_log.as_ref().map_or_else(Vec::new, |log| {
+            vec![log.logged(&log.parked(
+                &delivery,
+                ParkReason::BreakerOpen,
+                (name, delivery.due_at),
+                hookline_core::epoch::millis(now),
+                self.ctx.tier_read_from(key),
+            ))]
+        });
         self.commits.defer(Handoff {
             key,
             topic: topic.to_owned(),
@@ -558,6 +585,7 @@ impl Engine {
                 reason: ParkReason::BreakerOpen,
             },
             disable,
+            log,
         });
     }
 
@@ -620,6 +648,7 @@ fn emit(note: Note, topics: &[String]) {
         .emit(),
         Note::Panicked(key) => events::AttemptPanicked { key: &key }.emit(),
         Note::RetryLate { label, late } => metrics::retry_lateness(label, late),
+        Note::Promoted { label } => metrics::promoted(label),
         Note::Breaker {
             subscription_id,
             transition,

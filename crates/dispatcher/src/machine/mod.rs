@@ -128,6 +128,9 @@ pub(crate) enum Note {
     Panicked(Key),
     /// A retry started this late after it was due.
     RetryLate { label: &'static str, late: Duration },
+    /// A tier partition held until its head was due is fetched again: the
+    /// head's due time came (a promotion of the tier).
+    Promoted { label: &'static str },
     /// A subscription's breaker changed state.
     Breaker {
         subscription_id: String,
@@ -191,6 +194,11 @@ pub(crate) struct InputCounts {
     pub waiting: usize,
     /// Partitions held until their head is due.
     pub not_due: usize,
+    /// Due and not yet started: queued, or a held head past its due time. In a
+    /// tier every record behind a head is due no earlier than it, so a paused
+    /// head not yet due hides nothing due; records a full buffer left
+    /// unfetched are not counted (the consumer lag bounds them).
+    pub due: usize,
     /// The oldest ready-since time among them.
     pub oldest_ready: Option<SystemTime>,
 }
@@ -555,6 +563,15 @@ impl Machine {
     pub(crate) fn on_due(&mut self, now: SystemTime) {
         let mut out = Vec::new();
         self.gate.due(now, &mut out);
+        for action in &out {
+            if let GateAction::Resume(part) = action {
+                if let Some(input) = self.inputs.get(usize::from(part.input)) {
+                    if input.retry() {
+                        self.notes.push(Note::Promoted { label: input.label });
+                    }
+                }
+            }
+        }
         self.gate_actions(out);
     }
 
@@ -624,6 +641,27 @@ impl Machine {
             .count()
     }
 
+    /// Attempts in flight by class: `(first attempts, retries)`, a retry being
+    /// a record of a tier (it draws on the retry share).
+    pub(crate) fn running_attempts_by_class(&self) -> (usize, usize) {
+        let mut by_class = (0, 0);
+        for (key, run) in &self.running {
+            if !matches!(run, Running::Attempt { .. }) {
+                continue;
+            }
+            let retry = self
+                .inputs
+                .get(usize::from(key.0.input))
+                .is_some_and(Input::retry);
+            if retry {
+                by_class.1 += 1;
+            } else {
+                by_class.0 += 1;
+            }
+        }
+        by_class
+    }
+
     /// Gives up on running work matching `which`: its offsets stay unfinished
     /// (re-attempted by whoever reads them next). Returns the keys, for the
     /// adapter to cancel.
@@ -673,6 +711,7 @@ impl Machine {
             let c = &mut counts[usize::from(part.input)];
             earlier(&mut c.oldest_ready, q.ready_since);
             c.waiting += 1;
+            c.due += 1;
         }
         for (part, _) in self.running.keys() {
             counts[usize::from(part.input)].waiting += 1;
@@ -685,6 +724,7 @@ impl Machine {
             c.waiting += 1;
             if until <= now {
                 earlier(&mut c.oldest_ready, until);
+                c.due += 1;
             }
         }
         counts

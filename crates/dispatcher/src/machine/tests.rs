@@ -224,6 +224,11 @@ fn an_attempt_with_a_follow_up_frees_its_slot_but_not_its_offset() {
     assert_eq!(m.lowest_unfinished(D), Some(0), "its offset is not");
     assert!(m.is_running(|k| *k == (D, 0)), "a pending write");
     assert_eq!(m.running_attempts(), 1);
+    assert_eq!(
+        m.running_attempts_by_class(),
+        (1, 0),
+        "a pending write is no attempt"
+    );
     m.complete((D, 0), Finished::Durable);
     assert_eq!(m.lowest_unfinished(D), Some(1));
     // An abandoned follow-up (a revoke) leaves its offset unfinished.
@@ -400,10 +405,13 @@ fn tier_head_not_due_is_rewound_and_released_at_its_due_time() {
     let notes = m.take_notes();
     assert_eq!(
         notes,
-        vec![Note::RetryLate {
-            label: "retry-10s",
-            late: Duration::ZERO
-        }]
+        vec![
+            Note::Promoted { label: "retry-10s" },
+            Note::RetryLate {
+                label: "retry-10s",
+                late: Duration::ZERO
+            }
+        ]
     );
 }
 
@@ -632,6 +640,12 @@ fn waiting_counts_include_a_head_past_due() {
     push(&mut m, R, 0, &delivery("s", t(1_000)), t(0), &dir);
     let counts = m.counts(t(2_000));
     assert_eq!(counts[0].waiting, 2, "one queued, one in flight");
+    assert_eq!(
+        counts[0].due, 1,
+        "the queued one; in flight is not waiting to start"
+    );
+    assert_eq!(counts[1].due, 1, "the head past due");
+    assert_eq!(m.counts(t(500))[1].due, 0, "the head before its due time");
     assert_eq!(counts[0].oldest_ready, Some(t(0)));
     assert_eq!(counts[1].not_due, 1);
     assert_eq!(counts[1].waiting, 1);
@@ -769,6 +783,22 @@ fn a_lost_probe_lets_the_next_delivery_probe() {
     m.panicked((D, 10), probe_at, &dir);
     // Queued again and started again: as the probe, not parked.
     assert_eq!(start(&mut m, probe_at, &dir), vec![(D, 10)]);
+}
+
+#[test]
+fn attempts_in_flight_are_counted_by_class() {
+    let dir = Dir::with(&[("a", 4, true), ("b", 4, true)]);
+    let mut m = machine(100);
+    push(&mut m, D, 0, &delivery("a", t(0)), t(0), &dir);
+    push(&mut m, D, 1, &delivery("a", t(1)), t(0), &dir);
+    push(&mut m, R, 0, &delivery("b", t(0)), t(0), &dir);
+    let started = start(&mut m, t(10), &dir);
+    assert_eq!(started.len(), 3, "{started:?}");
+    assert_eq!(m.running_attempts_by_class(), (2, 1));
+    m.complete((R, 0), Finished::Durable);
+    m.complete((D, 0), Finished::Durable);
+    assert_eq!(m.running_attempts_by_class(), (1, 0));
+    assert_eq!(m.running_attempts(), 1);
 }
 
 fn strict_machine() -> Machine {

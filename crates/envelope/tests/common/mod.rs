@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use hookline_envelope::{
-    DeadLetter, Delivery, DomainEvent, QuarantinedEvent, QuarantinedHeader, ReplayOf, Subscription,
+    AttemptRecord, DeadLetter, Delivery, DomainEvent, QuarantinedEvent, QuarantinedHeader,
+    ReplayOf, Subscription,
 };
 use proptest::{collection::vec, option, prelude::*};
 
@@ -119,6 +120,24 @@ prop_compose! {
     }
 }
 
+prop_compose! {
+    pub fn attempt_record()(
+        ids in delivery_ids(), kind in text(), outcome in text(), attempt in any::<i32>(),
+        at in any::<i64>(), duration_ms in option::of(any::<i64>()),
+        classification in option::of(text()), status in option::of(any::<i32>()),
+        detail in option::of(text()), tiers in (option::of(text()), option::of(text())),
+        next_due_at in option::of(any::<i64>()), replay_of in option::of(replay_of()),
+        trace_id in option::of(text()), policy_version in option::of(text()),
+    ) -> AttemptRecord {
+        let [delivery_id, event_id, tenant_id, subscription_id, event_type] = ids;
+        AttemptRecord {
+            delivery_id, event_id, tenant_id, subscription_id, event_type, kind, outcome,
+            attempt, at, duration_ms, classification, status, detail, from_tier: tiers.0,
+            tier: tiers.1, next_due_at, replay_of, trace_id, policy_version,
+        }
+    }
+}
+
 /// A fixed, fully populated example of each record.
 pub fn sample_event() -> DomainEvent {
     DomainEvent {
@@ -210,5 +229,33 @@ pub fn sample_quarantined() -> QuarantinedEvent {
         source_partition: 0,
         source_offset: 99,
         quarantined_at: 1_700_000_000_500,
+    }
+}
+
+pub fn sample_attempt() -> AttemptRecord {
+    AttemptRecord {
+        delivery_id: "msg_20e1242c711154e9a82e4856a8cc2c18".into(),
+        event_id: "evt_1".into(),
+        tenant_id: "tenant_a".into(),
+        subscription_id: "sub_1".into(),
+        event_type: "invoice.paid".into(),
+        kind: AttemptRecord::ATTEMPTED.into(),
+        outcome: "retried".into(),
+        attempt: 2,
+        at: 1_700_000_010_000,
+        duration_ms: Some(153),
+        classification: Some("http_503".into()),
+        status: Some(503),
+        detail: Some("upstream unavailable".into()),
+        from_tier: Some("retry-10s".into()),
+        tier: Some("retry-1m".into()),
+        next_due_at: Some(1_700_000_070_153),
+        replay_of: Some(ReplayOf {
+            topic: "deliveries.dlq".into(),
+            partition: 3,
+            offset: 17,
+        }),
+        trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
+        policy_version: Some("ladder-v1".into()),
     }
 }

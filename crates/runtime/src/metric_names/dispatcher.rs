@@ -7,6 +7,9 @@ pub const DISPATCHER_ATTEMPTS: &str = "hookline_dispatcher_attempts_total";
 pub const DISPATCHER_ATTEMPT_DURATION: &str = "hookline_dispatcher_attempt_duration_seconds";
 /// Attempts in flight now.
 pub const DISPATCHER_IN_FLIGHT: &str = "hookline_dispatcher_in_flight";
+/// Attempts in flight now by `class`: `first_attempt` (read from `deliveries`)
+/// or `retry` (read from a retry tier).
+pub const DISPATCHER_IN_FLIGHT_BY_CLASS: &str = "hookline_dispatcher_attempts_in_flight";
 /// Lanes (per subscription, first attempts and retries apart) with queued records.
 pub const DISPATCHER_LANES: &str = "hookline_dispatcher_lanes";
 /// Subscriptions with queued records held back by their `rate_limit_per_s` now.
@@ -38,6 +41,8 @@ pub const DISPATCHER_FOLLOW_UP_ERRORS: &str = "hookline_dispatcher_follow_up_err
 /// Transactions of follow-ups and offsets, by `outcome` (`committed`,
 /// `aborted`, `fenced`).
 pub const DISPATCHER_TRANSACTIONS: &str = "hookline_dispatcher_transactions_total";
+/// Attempt-log records committed to `deliveries.attempts`.
+pub const DISPATCHER_ATTEMPT_RECORDS: &str = "hookline_dispatcher_attempt_records_total";
 /// How long a transaction took, by `outcome`.
 pub const DISPATCHER_TRANSACTION_DURATION: &str =
     "hookline_dispatcher_transaction_duration_seconds";
@@ -59,6 +64,12 @@ pub const DISPATCHER_BACKPRESSURE_PAUSES: &str = "hookline_dispatcher_backpressu
 pub const DISPATCHER_TIER_OLDEST_DUE_AGE: &str = "hookline_dispatcher_tier_oldest_due_age_seconds";
 /// Per retry tier: records buffered or in flight, plus one per paused head.
 pub const DISPATCHER_TIER_WAITING_RECORDS: &str = "hookline_dispatcher_tier_waiting_records";
+/// Per retry tier: records due and not yet started (fetched ones, plus a held
+/// head past due).
+pub const DISPATCHER_TIER_DUE_RECORDS: &str = "hookline_dispatcher_tier_due_records";
+/// Per retry tier: partitions fetched again because their held head fell due
+/// (promotions); their rate is the tier's resume rate.
+pub const DISPATCHER_TIER_PROMOTIONS: &str = "hookline_dispatcher_tier_promotions_total";
 /// Per retry tier: partitions paused until their head is due.
 pub const DISPATCHER_TIER_PAUSED_PARTITIONS: &str = "hookline_dispatcher_tier_paused_partitions";
 /// Retry records written, by tier.
@@ -77,6 +88,14 @@ pub(super) fn describe() {
     metrics::describe_gauge!(
         DISPATCHER_TIER_WAITING_RECORDS,
         "Per retry tier, records buffered or in flight plus paused heads."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_TIER_PROMOTIONS,
+        "Per retry tier, partitions fetched again because their held head fell due."
+    );
+    metrics::describe_gauge!(
+        DISPATCHER_TIER_DUE_RECORDS,
+        "Per retry tier, records due and not yet started (fetched, or a held head past due)."
     );
     metrics::describe_gauge!(
         DISPATCHER_TIER_PAUSED_PARTITIONS,
@@ -102,6 +121,10 @@ pub(super) fn describe() {
         "Duration of one attempt: connect, send and read the capped response."
     );
     metrics::describe_gauge!(DISPATCHER_IN_FLIGHT, "Attempts in flight.");
+    metrics::describe_gauge!(
+        DISPATCHER_IN_FLIGHT_BY_CLASS,
+        "Attempts in flight by class: first_attempt or retry."
+    );
     metrics::describe_gauge!(DISPATCHER_LANES, "Lanes with queued records.");
     metrics::describe_gauge!(
         DISPATCHER_RATE_LIMITED_SUBSCRIPTIONS,
@@ -147,6 +170,10 @@ pub(super) fn describe() {
     metrics::describe_counter!(
         DISPATCHER_FOLLOW_UP_ERRORS,
         "Retry, dead-letter or quarantined records whose transaction failed (they go into the next)."
+    );
+    metrics::describe_counter!(
+        DISPATCHER_ATTEMPT_RECORDS,
+        "Attempt-log records committed to deliveries.attempts."
     );
     metrics::describe_counter!(
         DISPATCHER_TRANSACTIONS,

@@ -23,6 +23,8 @@ pub mod label {
     pub const PAYLOAD: &str = "payload";
     /// A bounded kind of error event (`commit_failed`, `attempt_panicked`, ...).
     pub const KIND: &str = "kind";
+    /// Attempt class: `first_attempt` or `retry`.
+    pub const CLASS: &str = "class";
 }
 
 /// Always 1, with the stage and version as labels.

@@ -73,6 +73,9 @@ enum Role {
     Retry(Duration),
     Dlq,
     Quarantine,
+    /// The attempt log: small records, kept like every deleting topic (at least
+    /// [`MIN_RETENTION`]), so `trace` and the archive see a week at least.
+    Attempts,
 }
 
 /// Every topic's desired state, or every reason the settings are unsafe.
@@ -95,6 +98,7 @@ pub fn desired(settings: &Settings) -> Result<Vec<TopicSpec>, ProvisionError> {
     roles.extend([
         (topics.dlq(), Role::Dlq),
         (topics.quarantine(), Role::Quarantine),
+        (topics.attempts(), Role::Attempts),
     ]);
 
     let mut problems = Vec::new();
@@ -161,7 +165,7 @@ fn default_spec(settings: &Settings, name: &str, role: Role) -> TopicSpec {
     let base = settings.max_message_bytes;
     let (policy, bytes) = match role {
         Role::Subscriptions => ("compact", base),
-        Role::Events | Role::Deliveries => ("delete", base),
+        Role::Events | Role::Deliveries | Role::Attempts => ("delete", base),
         Role::Retry(_) | Role::Dlq | Role::Quarantine => ("delete", base + WRAP_OVERHEAD_BYTES),
     };
     configs.insert(CLEANUP_POLICY.to_owned(), policy.to_owned());

@@ -66,6 +66,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 - deliveries.dlq
 - events.quarantine
+- deliveries.attempts
 {{- end -}}
 
 {{/* Partitions of one topic, by unprefixed name (the topics.perTopic key):
@@ -82,8 +83,9 @@ app.kubernetes.io/component: {{ .component }}
      /readyz after kafka.consumerStallTimeout, and an unready pod holds the
      PodDisruptionBudget and blocks node drains. fanout runs one consumer on
      events; the dispatcher one consumer per topic (deliveries, deliveries.strict
-     and each retry tier), so the topic with the fewest partitions bounds it; the dlq-sink one
-     consumer on deliveries.dlq and events.quarantine together, so their sum
+     and each retry tier), so the topic with the fewest partitions bounds it; the
+     dlq-sink one consumer on deliveries.dlq, events.quarantine and
+     deliveries.attempts together (it archives the attempt log too), so their sum
      does. (dict "root" $ "key" "dispatcher") */}}
 {{- define "hookline.replicaGuard" -}}
 {{- $root := .root -}}
@@ -99,13 +101,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- $why := "" -}}
 {{- $raise := "" -}}
 {{- if eq .key "dlqSink" -}}
-{{- $topics := list "deliveries.dlq" "events.quarantine" -}}
+{{- $topics := list "deliveries.dlq" "events.quarantine" "deliveries.attempts" -}}
 {{- range $topics -}}
 {{- $limit = add $limit (include "hookline.partitions" (dict "root" $root "topic" .) | int) -}}
 {{- end -}}
 {{- $source = join " + " $topics -}}
 {{- $why = ", which its one consumer shares" -}}
-{{- $raise = "topics.perTopic.deliveries.dlq.partitions or topics.perTopic.events.quarantine.partitions" -}}
+{{- $raise = "topics.perTopic.deliveries.dlq.partitions, topics.perTopic.events.quarantine.partitions or topics.perTopic.deliveries.attempts.partitions" -}}
 {{- else -}}
 {{- $topics := list "events" -}}
 {{- if eq .key "dispatcher" -}}
