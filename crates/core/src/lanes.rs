@@ -560,6 +560,55 @@ impl<P: Ord + Clone> Lanes<P> {
         offsets
     }
 
+    /// Removes the queued (not started) first-attempt records of
+    /// `subscription_id` on `partition` and returns their offsets, ascending:
+    /// they are moved elsewhere (an overflow lane), so their buffer share is
+    /// released here. In-flight records of it stay in flight.
+    pub fn withdraw(&mut self, partition: &P, subscription_id: &str) -> Vec<i64> {
+        let id = (
+            LaneKey {
+                subscription_id: subscription_id.to_owned(),
+            },
+            false,
+        );
+        let Some(queue) = self.lanes.get_mut(&id) else {
+            return Vec::new();
+        };
+        let mut offsets = Vec::new();
+        let mut bytes = 0;
+        queue.retain(|s| {
+            if s.job.partition != *partition {
+                return true;
+            }
+            offsets.push(s.job.offset);
+            bytes += s.job.bytes;
+            false
+        });
+        if queue.is_empty() {
+            self.lanes.remove(&id);
+            self.ring.retain(|r| *r != id);
+        }
+        if let Some((p, o, _)) = self.deferred.get(&id) {
+            if p == partition && offsets.contains(o) {
+                self.deferred.remove(&id);
+            }
+        }
+        if let Some(part) = self.partitions.get_mut(partition) {
+            for offset in &offsets {
+                part.queued.remove(offset);
+            }
+        }
+        if let Some(sub) = self.subs.get_mut(subscription_id) {
+            sub.queued -= offsets.len();
+            if sub.queued == 0 && sub.in_flight == 0 {
+                self.subs.remove(subscription_id);
+            }
+        }
+        self.release(partition, offsets.len(), bytes);
+        offsets.sort_unstable();
+        offsets
+    }
+
     fn release(&mut self, partition: &P, records: usize, bytes: usize) {
         self.held_records -= records;
         self.held_bytes -= bytes;

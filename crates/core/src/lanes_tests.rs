@@ -587,3 +587,43 @@ fn a_deferred_head_is_dropped_with_its_partition() {
         .unwrap();
     assert_eq!(lanes.pop_ready_at(at(2)).map(|s| s.job.offset), Some(0));
 }
+
+#[test]
+fn withdraw_takes_one_subscriptions_queued_first_attempts_of_one_partition() {
+    let mut limits = caps(10, 10, 50);
+    limits.partition_records = 6;
+    let mut lanes = Lanes::new(limits).unwrap();
+    let t = at(0);
+    // Partition 0: whale w (five queued, one in flight), small s, a retry of w.
+    for offset in 0..6 {
+        let _ = lanes
+            .push(job(0, offset, "w", "tw", false, 10), 1, t)
+            .unwrap();
+    }
+    assert_eq!(
+        lanes.push(job(0, 6, "s", "ts", false, 5), 4, t).unwrap(),
+        Flow::Pause
+    );
+    let _ = lanes.push(job(1, 0, "w", "tw", false, 10), 1, t).unwrap();
+    let _ = lanes.push(job(2, 0, "w", "tw", true, 10), 1, t).unwrap();
+    let first = lanes.pop_ready().unwrap();
+    assert_eq!((first.job.partition, first.job.offset), (0, 0));
+
+    assert_eq!(lanes.withdraw(&0, "w"), vec![1, 2, 3, 4, 5]);
+    assert_eq!(lanes.withdraw(&0, "w"), Vec::<i64>::new(), "once");
+    assert_eq!(
+        lanes.partition_buffered(&0),
+        (2, 15),
+        "w@0 in flight and s@6"
+    );
+    assert_eq!(lanes.buffered_records(), 4);
+    assert_eq!(lanes.take_resumable(), vec![0], "below its low water now");
+    // w's other partition and its retry lane are untouched; s starts now.
+    lanes.complete(&first).unwrap();
+    let rest: BTreeSet<(String, i64)> = started_ids(&mut lanes).into_iter().collect();
+    let want: BTreeSet<(String, i64)> = ids(&[("s", 6), ("w", 0)]).into_iter().collect();
+    assert_eq!(
+        rest, want,
+        "s@6 and w's record of partition 1; w's retry waits its cap"
+    );
+}

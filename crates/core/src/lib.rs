@@ -12,6 +12,7 @@ pub mod epoch;
 pub mod ladder;
 pub mod lanes;
 pub mod matching;
+pub mod overflow;
 pub mod rate;
 pub mod stall;
 pub mod trace;
@@ -34,6 +35,7 @@ pub use ladder::{
 };
 pub use lanes::{Flow, Job, LaneError, LaneKey, LaneLimits, LaneSettings, Lanes, Started};
 pub use matching::{EventTypeFilter, EventTypePattern, PatternError, MAX_PATTERN_LEN};
+pub use overflow::{Change, OverflowSettings, Promotions};
 pub use rate::{InvalidRate, RateLimit, TokenBucket};
 pub use stall::{PartitionView, StallDetector, StallVerdict};
 pub use trace::TraceContext;

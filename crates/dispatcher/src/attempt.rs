@@ -207,8 +207,10 @@ pub(crate) async fn run(
         Box::new(Handoff {
             key,
             topic,
+            partition: None,
             record_key,
             value,
+            headers: Vec::new(),
             written,
             disable: None,
             log,
@@ -242,8 +244,10 @@ pub(crate) fn unattempted(
     Handoff {
         key,
         topic: ctx.topics.dlq().to_owned(),
+        partition: None,
         record_key,
         value: encode(&letter),
+        headers: Vec::new(),
         written: Written::Dead {
             reason,
             delivery_id,

@@ -9,7 +9,8 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::Args;
 use hookline_core::{
-    egress::Cidr, ladder, BreakerError, BreakerSettings, EgressPolicy, Ladder, LaneLimits, Tier,
+    egress::Cidr, ladder, BreakerError, BreakerSettings, EgressPolicy, Ladder, LaneLimits,
+    OverflowSettings, Tier,
 };
 use hookline_runtime::{
     config::{parse_duration, CommonArgs},
@@ -124,6 +125,31 @@ pub struct DispatcherArgs {
     /// Payload bytes buffered in all.
     #[arg(long, env = "HOOKLINE_BUFFER_BYTES", default_value_t = LaneLimits::DEFAULT.total_bytes)]
     pub buffer_bytes: usize,
+
+    /// Most subscriptions promoted to an overflow lane at once (each on one
+    /// partition of `deliveries`), 0 to 8; 0 turns overflow off. A promoted
+    /// subscription's records move to `deliveries.lane-N`, so the partition
+    /// behind it keeps flowing whatever its backlog.
+    #[arg(long, env = "HOOKLINE_OVERFLOW_LANES", default_value_t = OverflowSettings::DEFAULT.lanes)]
+    pub overflow_lanes: usize,
+
+    /// A subscription's records buffered and not started on one partition at
+    /// or above which (for `--overflow-promote-after`) it is promoted.
+    #[arg(long, env = "HOOKLINE_OVERFLOW_PROMOTE_RECORDS", default_value_t = OverflowSettings::DEFAULT.promote_records)]
+    pub overflow_promote_records: usize,
+
+    /// How long the backlog must stay at or above the promotion threshold.
+    #[arg(long, env = "HOOKLINE_OVERFLOW_PROMOTE_AFTER", default_value = "1s", value_parser = parse_duration)]
+    pub overflow_promote_after: Duration,
+
+    /// A promoted subscription's backlog at or below which (for
+    /// `--overflow-demote-after`) it is demoted.
+    #[arg(long, env = "HOOKLINE_OVERFLOW_DEMOTE_RECORDS", default_value_t = OverflowSettings::DEFAULT.demote_records)]
+    pub overflow_demote_records: usize,
+
+    /// How long the backlog must stay at or below the demotion threshold.
+    #[arg(long, env = "HOOKLINE_OVERFLOW_DEMOTE_AFTER", default_value = "30s", value_parser = parse_duration)]
+    pub overflow_demote_after: Duration,
 
     /// The retry ladder (`hookline-fanout topics` reads the same flag).
     #[command(flatten)]
@@ -320,6 +346,7 @@ pub(crate) struct Settings {
     pub shutdown_grace: Duration,
     pub ladder: Ladder,
     pub breaker: BreakerSettings,
+    pub overflow: OverflowSettings,
     pub strict_head_wait: Duration,
     pub kafka: KafkaTuning,
     pub commits: CommitSettings,
@@ -475,6 +502,7 @@ impl Config {
             )
         })?;
         let ladder = ladder(d)?;
+        let overflow = overflow(d)?;
         let extra_roots = match &d.tls_extra_ca {
             None => Vec::new(),
             Some(path) => read_pem_certs(path)
@@ -499,6 +527,7 @@ impl Config {
             shutdown_grace: self.common.shutdown_grace,
             ladder,
             breaker: breaker(d)?,
+            overflow,
             strict_head_wait: d.strict_head_wait,
             kafka: KafkaTuning {
                 ready_prefetch_kbytes: d.ready_prefetch_kbytes,
@@ -513,6 +542,36 @@ impl Config {
             attempt_log: d.attempt_log,
         })
     }
+}
+
+/// The overflow lanes from the `--overflow-*` flags; an error names them.
+fn overflow(d: &DispatcherArgs) -> Result<OverflowSettings, DispatcherError> {
+    let bad = |flag: &'static str, why: String| DispatcherError::Config { flag, why };
+    if d.overflow_lanes > hookline_envelope::OVERFLOW_LANES {
+        return Err(bad(
+            "--overflow-lanes / HOOKLINE_OVERFLOW_LANES",
+            format!(
+                "{} is more than the {} lane topics (deliveries.lane-0 to -{})",
+                d.overflow_lanes,
+                hookline_envelope::OVERFLOW_LANES,
+                hookline_envelope::OVERFLOW_LANES - 1
+            ),
+        ));
+    }
+    let s = OverflowSettings {
+        lanes: d.overflow_lanes,
+        promote_records: d.overflow_promote_records,
+        promote_after: d.overflow_promote_after,
+        demote_records: d.overflow_demote_records,
+        demote_after: d.overflow_demote_after,
+    };
+    s.validate().map_err(|why| {
+        bad(
+            "--overflow-promote-records / --overflow-demote-records",
+            why,
+        )
+    })?;
+    Ok(s)
 }
 
 /// The circuit breaker from the `--breaker-*` flags; an error names them.

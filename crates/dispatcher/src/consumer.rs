@@ -1,7 +1,10 @@
 //! The Kafka side of the engine: one group consumer per input topic
 //! (`deliveries` and each retry tier), all in the dispatcher's one group, each
 //! polled by a dedicated thread that hands its messages and rebalance events,
-//! in order, to the engine over one shared channel.
+//! in order, to the engine over one shared channel. The overflow lanes'
+//! consumers are the exception: they never join the group; the engine assigns
+//! them, by hand, the partitions of `deliveries` its group consumer owns
+//! (`engine/lanes.rs`).
 //!
 //! One consumer per topic is what balances the group *per topic*: the
 //! cooperative-sticky assignor balances partition counts per member, and each
@@ -70,6 +73,12 @@ pub(crate) enum FromKafka {
         partition: TopicPartition,
         generation: u64,
         done: bool,
+    },
+    /// The consumer of `input` read `partition` to its end (only the overflow
+    /// lanes' consumers ask for this: `enable.partition.eof`).
+    Eof {
+        input: u16,
+        partition: i32,
     },
     Error(KafkaError),
 }
@@ -208,7 +217,10 @@ impl Poller {
                 let event = match consumer.poll(POLL) {
                     None => continue,
                     Some(Ok(msg)) => FromKafka::Message(msg.detach()),
-                    Some(Err(KafkaError::PartitionEOF(_))) => continue,
+                    Some(Err(KafkaError::PartitionEOF(partition))) => FromKafka::Eof {
+                        input: consumer.context().input,
+                        partition,
+                    },
                     Some(Err(e)) => FromKafka::Error(e),
                 };
                 if events.blocking_send(event).is_err() {

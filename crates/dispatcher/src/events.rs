@@ -421,6 +421,42 @@ impl PauseFailed<'_> {
     }
 }
 
+/// An overflow lane's partition could not be (un)assigned with its partition
+/// of `deliveries`: until it is, ordered subscriptions of that partition keep
+/// moving to the lane (never out of order), and nobody here reads it.
+pub(crate) struct LaneAssignFailed<'a> {
+    pub part: &'a dyn Debug,
+    pub error: &'a dyn Display,
+}
+
+impl LaneAssignFailed<'_> {
+    pub(crate) fn emit(self) {
+        tracing::error!(part = ?self.part, error = %self.error, "cannot assign or unassign an overflow lane's partition");
+        metrics::error(ErrorKind::LaneAssignFailed);
+    }
+}
+
+/// A subscription promoted to, or demoted from, an overflow lane.
+pub(crate) struct OverflowChanged<'a> {
+    pub partition: i32,
+    pub subscription_id: &'a str,
+    pub lane: usize,
+    pub promoted: bool,
+}
+
+impl OverflowChanged<'_> {
+    pub(crate) fn emit(self) {
+        if self.promoted {
+            tracing::info!(partition = self.partition, subscription_id = %self.subscription_id, lane = self.lane,
+                "subscription promoted: its records of this partition move to an overflow lane");
+        } else {
+            tracing::info!(partition = self.partition, subscription_id = %self.subscription_id, lane = self.lane,
+                "subscription demoted: its records of this partition are buffered in place again");
+        }
+        metrics::overflow_change(self.promoted);
+    }
+}
+
 /// The poller of a consumer is gone, so a command (a rewind) was not sent.
 pub(crate) struct PollerGone<'a> {
     pub part: &'a dyn Debug,

@@ -59,8 +59,12 @@ pub(crate) struct Handoff {
     /// The source record, finished by the transaction that writes this.
     pub key: Key,
     pub topic: String,
+    /// The partition to write to; the partitioner (by `record_key`) when `None`.
+    pub partition: Option<i32>,
     pub record_key: Option<Vec<u8>>,
     pub value: Vec<u8>,
+    /// Headers of the written record (an overflow move's source offset).
+    pub headers: Vec<(&'static str, String)>,
     /// What to count and log once the transaction commits.
     pub written: Written,
     /// Written in the same transaction: the subscription written back disabled,
@@ -103,6 +107,11 @@ pub(crate) enum Written {
         tier: String,
         reason: ParkReason,
     },
+    /// A delivery of a promoted subscription moved, unattempted, to an
+    /// overflow lane.
+    Moved {
+        lane: usize,
+    },
 }
 
 impl Handoff {
@@ -144,6 +153,7 @@ impl Handoff {
                 reason: *reason,
             }
             .emit(),
+            Written::Moved { lane } => crate::metrics::moved(*lane),
         }
         if let Some(d) = &self.disable {
             events::SubscriptionDisabled {
@@ -366,8 +376,10 @@ mod tests {
         Handoff {
             key: (part, offset),
             topic: "t".into(),
+            partition: None,
             record_key: None,
             value: vec![0; bytes],
+            headers: Vec::new(),
             written: Written::Retry {
                 tier: "t1".into(),
                 delivery_id: format!("d-{offset}"),

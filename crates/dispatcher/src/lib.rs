@@ -144,6 +144,8 @@ async fn run_stage(
     if settings.attempt_log {
         needed.push(topics.attempts());
     }
+    let lanes: Vec<&str> = topics.lanes().take(settings.overflow.lanes).collect();
+    needed.extend(&lanes);
     // The command quoted names this dispatcher's ladder, so running it creates
     // exactly the tiers this dispatcher consumes.
     let fix = provision::spec::topics_command(&config.common, &config.dispatcher.ladder.tiers());
@@ -189,12 +191,14 @@ async fn dispatch(
             label: "deliveries",
             tier: None,
             strict: false,
+            lane: None,
         },
         engine::Input {
             topic: topics.strict().to_owned(),
             label: "strict",
             tier: None,
             strict: true,
+            lane: None,
         },
     ];
     inputs.extend(
@@ -206,8 +210,25 @@ async fn dispatch(
                 label: Box::leak(tier.to_owned().into_boxed_str()),
                 tier: Some(i),
                 strict: false,
+                lane: None,
             }),
     );
+    // The overflow lanes in use: read by assignment, partition by partition
+    // with `deliveries` (`engine/lanes.rs`).
+    inputs.extend(
+        topics
+            .lanes()
+            .take(settings.overflow.lanes)
+            .enumerate()
+            .map(|(lane, topic)| engine::Input {
+                topic: topic.to_owned(),
+                label: metrics::lane_label(lane),
+                tier: None,
+                strict: false,
+                lane: Some(lane),
+            }),
+    );
+    metrics::describe_lanes(settings.overflow.lanes);
     let tier_labels: Vec<&'static str> = inputs
         .iter()
         .filter(|i| i.retry())
@@ -248,15 +269,27 @@ async fn dispatch(
             "fetch.wait.max.ms",
             librdkafka::ms(settings.kafka.fetch_wait_max),
         )
+        // A lane's consumer never joins the group: it is assigned by hand and
+        // says when it has read a partition to its end.
+        .set(
+            "enable.partition.eof",
+            if input.lane.is_some() {
+                "true"
+            } else {
+                "false"
+            },
+        )
         .create_with_context(consumer::DispatchContext::new(
             index,
             events_tx.clone(),
             revoke_wait,
         ))
         .map_err(|e| kafka_err("creating a deliveries consumer", e))?;
-        consumer
-            .subscribe(&[input.topic.as_str()])
-            .map_err(|e| kafka_err("subscribing to a deliveries topic", e))?;
+        if input.lane.is_none() {
+            consumer
+                .subscribe(&[input.topic.as_str()])
+                .map_err(|e| kafka_err("subscribing to a deliveries topic", e))?;
+        }
         consumers.push(Arc::new(consumer));
     }
     let transactor = Transactor::new(
@@ -294,6 +327,18 @@ async fn dispatch(
     let mut watches = Vec::with_capacity(consumers.len());
     for (consumer, input) in consumers.iter().zip(&inputs) {
         let h = group_watch::HeldPartitions::default();
+        // A lane's consumer is not a group member; the `deliveries` one it
+        // follows is watched.
+        if input.lane.is_some() {
+            on_purpose.push(h);
+            let (commands_tx, commands_rx) = std::sync::mpsc::channel();
+            commands.push(commands_tx);
+            pollers.push(
+                consumer::Poller::spawn(Arc::clone(consumer), events_tx.clone(), commands_rx)
+                    .map_err(DispatcherError::Thread)?,
+            );
+            continue;
+        }
         watches.push(group_watch::spawn(
             Arc::clone(consumer),
             group_watch::WatchSpec {
@@ -326,6 +371,7 @@ async fn dispatch(
             shutdown_grace: settings.shutdown_grace,
             max_payload_bytes: settings.max_payload_bytes,
             breaker: settings.breaker,
+            overflow: settings.overflow,
             commands,
             on_purpose,
             transactor,

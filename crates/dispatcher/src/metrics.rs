@@ -88,6 +88,43 @@ pub(crate) fn subscription_disabled(reason: DisabledReason) {
         .increment(1);
 }
 
+/// Zeroes the overflow counters of lanes `0..lanes`.
+pub(crate) fn describe_lanes(lanes: usize) {
+    for lane in 0..lanes {
+        metrics::counter!(m::DISPATCHER_OVERFLOW_MOVED, label::LANE => lane_label(lane))
+            .absolute(0);
+    }
+    for change in ["promoted", "demoted"] {
+        metrics::counter!(m::DISPATCHER_OVERFLOW_CHANGES, label::CHANGE => change).absolute(0);
+    }
+}
+
+/// `lane-N`: an overflow lane's label (also its input's topic label).
+pub(crate) fn lane_label(lane: usize) -> &'static str {
+    const LABELS: [&str; hookline_envelope::OVERFLOW_LANES] = [
+        "lane-0", "lane-1", "lane-2", "lane-3", "lane-4", "lane-5", "lane-6", "lane-7",
+    ];
+    LABELS.get(lane).copied().unwrap_or("lane-other")
+}
+
+/// A record moved to overflow lane `lane` (its transaction committed).
+pub(crate) fn moved(lane: usize) {
+    metrics::counter!(m::DISPATCHER_OVERFLOW_MOVED, label::LANE => lane_label(lane)).increment(1);
+}
+
+/// A subscription promoted to, or demoted from, an overflow lane.
+pub(crate) fn overflow_change(promoted: bool) {
+    let change = if promoted { "promoted" } else { "demoted" };
+    metrics::counter!(m::DISPATCHER_OVERFLOW_CHANGES, label::CHANGE => change).increment(1);
+}
+
+/// The overflow gauges: promoted now, the ceiling, and those waiting for a lane.
+pub(crate) fn overflow_gauges(promoted: usize, ceiling: usize, waiting: usize) {
+    metrics::gauge!(m::DISPATCHER_OVERFLOW_PROMOTED).set(promoted as f64);
+    metrics::gauge!(m::DISPATCHER_OVERFLOW_CEILING).set(ceiling as f64);
+    metrics::gauge!(m::DISPATCHER_OVERFLOW_WAITING).set(waiting as f64);
+}
+
 pub(crate) fn promoted(tier: &'static str) {
     metrics::counter!(m::DISPATCHER_TIER_PROMOTIONS, label::TIER => tier).increment(1);
 }
@@ -243,11 +280,13 @@ pub(crate) enum ErrorKind {
     RevokeNotConfirmed,
     /// A partition could not be paused or sought back to a head not yet due.
     RewindFailed,
+    /// An overflow lane's partition could not be assigned or unassigned.
+    LaneAssignFailed,
 }
 
 impl ErrorKind {
     /// Every kind, for pre-registering the series.
-    pub(crate) const ALL: [Self; 17] = [
+    pub(crate) const ALL: [Self; 18] = [
         Self::NoRetryTier,
         Self::SecretUnavailable,
         Self::UnexpectedTopic,
@@ -265,6 +304,7 @@ impl ErrorKind {
         Self::WatermarkRefused,
         Self::RevokeNotConfirmed,
         Self::RewindFailed,
+        Self::LaneAssignFailed,
     ];
 
     /// The metric label.
@@ -287,6 +327,7 @@ impl ErrorKind {
             Self::WatermarkRefused => "watermark_refused",
             Self::RevokeNotConfirmed => "revoke_not_confirmed",
             Self::RewindFailed => "rewind_failed",
+            Self::LaneAssignFailed => "lane_assign_failed",
         }
     }
 }

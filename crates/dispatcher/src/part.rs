@@ -14,12 +14,20 @@ pub(crate) struct Input {
     /// `deliveries.strict`: a record in backoff is held at the head of its lane,
     /// in place, never written to a tier, so the later ones wait behind it.
     pub strict: bool,
+    /// The overflow lane it is (`deliveries.lane-N`): first attempts moved out
+    /// of `deliveries`, read by the owner of the same `deliveries` partition.
+    pub lane: Option<usize>,
 }
 
 impl Input {
     /// Records are retries: they count against the retry share and wait until due.
     pub(crate) fn retry(&self) -> bool {
         self.tier.is_some()
+    }
+
+    /// `deliveries` itself: the ready queue records are moved out of.
+    pub(crate) fn is_source(&self) -> bool {
+        self.tier.is_none() && !self.strict && self.lane.is_none()
     }
 }
 

@@ -28,8 +28,10 @@ pub(crate) fn handoff(
     Handoff {
         key,
         topic: topic.to_owned(),
+        partition: None,
         record_key: record.key.clone(),
         value: encode(&record),
+        headers: Vec::new(),
         written: Written::Quarantined {
             reason,
             record: Box::new(record),

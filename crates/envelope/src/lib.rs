@@ -32,4 +32,4 @@ pub use records::{
     MAX_ATTEMPT_DETAIL_BYTES, MAX_DETAIL_BYTES, ORDERING_STRICT, ORDERING_UNORDERED,
 };
 pub use schema::{crc64_avro, KnownSchema, RecordKind, Registry, SchemaError, HISTORY};
-pub use topics::{TopicError, Topics, DEFAULT_RETRY_TIERS};
+pub use topics::{TopicError, Topics, DEFAULT_RETRY_TIERS, OVERFLOW_LANES};

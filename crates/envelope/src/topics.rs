@@ -20,8 +20,15 @@ pub const DEFAULT_RETRY_TIERS: [&str; DEFAULT_TIERS.len()] = {
     names
 };
 
-/// Tier names that would spell another topic's name.
+/// Tier names that would spell another topic's name (and `lane-N`, see
+/// [`OVERFLOW_LANES`]).
 const RESERVED_TIERS: [&str; 3] = ["dlq", "strict", "attempts"];
+
+/// How many overflow lane topics, `deliveries.lane-0` to `deliveries.lane-7`,
+/// are provisioned: the ceiling of the dispatcher's `--overflow-lanes`. A
+/// subscription whose buffered backlog on a partition of `deliveries` passes a
+/// bound is moved to the lane its id hashes to ([`Topics::lane_of`]).
+pub const OVERFLOW_LANES: usize = 8;
 
 /// Kafka's maximum topic name length.
 pub const MAX_TOPIC_LEN: usize = 249;
@@ -50,7 +57,8 @@ pub enum TopicError {
         /// The repeated tier.
         tier: String,
     },
-    /// A tier name whose topic is another topic's (`dlq`, `strict`, `attempts`).
+    /// A tier name whose topic is another topic's (`dlq`, `strict`, `attempts`,
+    /// `lane-N`).
     #[error("retry tier name `{tier}` is reserved: deliveries.{tier} is another topic")]
     ReservedTier {
         /// The reserved name.
@@ -74,6 +82,7 @@ pub struct Topics {
     subscriptions: String,
     deliveries: String,
     strict: String,
+    lanes: Vec<String>,
     retries: Vec<(String, String)>,
     dlq: String,
     quarantine: String,
@@ -97,7 +106,7 @@ impl Topics {
                 return Err(TopicError::EmptyTier);
             }
             check_chars("retry tier", tier)?;
-            if RESERVED_TIERS.contains(&tier) {
+            if RESERVED_TIERS.contains(&tier) || is_lane_name(tier) {
                 return Err(TopicError::ReservedTier {
                     tier: tier.to_owned(),
                 });
@@ -132,6 +141,9 @@ impl Topics {
             subscriptions: name("subscriptions"),
             deliveries: name("deliveries"),
             strict: name("deliveries.strict"),
+            lanes: (0..OVERFLOW_LANES)
+                .map(|k| name(&format!("deliveries.lane-{k}")))
+                .collect(),
             retries: tiers
                 .iter()
                 .map(|t| {
@@ -174,6 +186,28 @@ impl Topics {
         &self.strict
     }
 
+    /// `{prefix}deliveries.lane-0` to `-7`: the overflow lanes, where the
+    /// dispatcher moves a hot subscription's further records so the partition
+    /// behind them keeps flowing. Each has `deliveries`' partition count: a
+    /// record moved from partition `p` goes to partition `p` of its lane.
+    pub fn lanes(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.lanes.iter().map(String::as_str)
+    }
+
+    /// The lane (an index into [`lanes`](Self::lanes), below `count`) that
+    /// `subscription_id` moves to: a stable hash (FNV-1a), the same in every
+    /// replica and every release, so a partition's new owner knows where a
+    /// subscription's older records may be. `count` is clamped to 1..=8.
+    pub fn lane_of(subscription_id: &str, count: usize) -> usize {
+        let count = count.clamp(1, OVERFLOW_LANES) as u64;
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in subscription_id.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        usize::try_from(hash % count).unwrap_or(0)
+    }
+
     /// `{prefix}deliveries.{tier}` for a tier of the ladder, or `None` if it is not one.
     pub fn retry(&self, tier: &str) -> Option<&str> {
         self.retries
@@ -206,7 +240,7 @@ impl Topics {
     }
 
     /// Every topic: events, subscriptions, deliveries, deliveries.strict, each
-    /// retry tier, dlq, quarantine, attempts.
+    /// retry tier, dlq, quarantine, attempts, each overflow lane.
     pub fn all(&self) -> Vec<&str> {
         let mut all = vec![
             self.events(),
@@ -216,14 +250,21 @@ impl Topics {
         ];
         all.extend(self.retries().map(|(_, topic)| topic));
         all.extend([self.dlq(), self.quarantine(), self.attempts()]);
+        all.extend(self.lanes());
         all
     }
 
-    /// Every topic the dispatcher consumes: deliveries, deliveries.strict and
-    /// each retry tier.
+    /// Whether `topic` is one of the overflow lanes.
+    pub fn is_lane(&self, topic: &str) -> bool {
+        self.lanes.iter().any(|l| l == topic)
+    }
+
+    /// Every topic the dispatcher consumes: deliveries, deliveries.strict,
+    /// each retry tier and each overflow lane.
     pub fn dispatcher_inputs(&self) -> Vec<&str> {
         let mut inputs = vec![self.deliveries(), self.strict()];
         inputs.extend(self.retries().map(|(_, topic)| topic));
+        inputs.extend(self.lanes());
         inputs
     }
 
@@ -253,6 +294,12 @@ impl fmt::Display for Topics {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.all().join(","))
     }
+}
+
+/// `lane-N` for a number N: the overflow lanes' names, reserved for them.
+fn is_lane_name(tier: &str) -> bool {
+    tier.strip_prefix("lane-")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Kafka's rule for the characters of a name, which the ladder applies to tier names.
@@ -288,14 +335,23 @@ mod tests {
                 "deliveries.dlq",
                 "events.quarantine",
                 "deliveries.attempts",
+                "deliveries.lane-0",
+                "deliveries.lane-1",
+                "deliveries.lane-2",
+                "deliveries.lane-3",
+                "deliveries.lane-4",
+                "deliveries.lane-5",
+                "deliveries.lane-6",
+                "deliveries.lane-7",
             ]
         );
         assert_eq!(t, Topics::with_prefix("").unwrap());
         assert_eq!(t.retry("retry-1m"), Some("deliveries.retry-1m"));
         assert_eq!(t.retry("retry-3d"), None);
-        assert_eq!(t.dispatcher_inputs().len(), 6);
+        assert_eq!(t.dispatcher_inputs().len(), 6 + OVERFLOW_LANES);
+        assert!(t.is_lane("deliveries.lane-7") && !t.is_lane("deliveries"));
         assert_eq!(t.strict(), "deliveries.strict");
-        for reserved in ["dlq", "strict", "attempts"] {
+        for reserved in ["dlq", "strict", "attempts", "lane-0", "lane-12"] {
             assert_eq!(
                 Topics::new("", &[reserved]),
                 Err(TopicError::ReservedTier {
@@ -303,6 +359,32 @@ mod tests {
                 })
             );
         }
+    }
+
+    #[test]
+    fn a_subscription_always_hashes_to_the_same_lane_below_the_count() {
+        // Pinned: a partition's next owner must find a subscription's lane again.
+        assert_eq!(Topics::lane_of("sub-a", 8), Topics::lane_of("sub-a", 8));
+        assert_eq!(
+            Topics::lane_of("", 8),
+            0xcbf2_9ce4_8422_2325_u64 as usize % 8
+        );
+        let mut used = [false; OVERFLOW_LANES];
+        for i in 0..200 {
+            let lane = Topics::lane_of(&format!("sub-{i}"), 8);
+            used[lane] = true;
+            assert!(Topics::lane_of(&format!("sub-{i}"), 3) < 3);
+            assert_eq!(
+                Topics::lane_of(&format!("sub-{i}"), 0),
+                0,
+                "clamped to one lane"
+            );
+        }
+        assert!(used.iter().all(|u| *u), "200 ids spread over every lane");
+        assert!(
+            Topics::new("", &["lane-x"]).is_ok(),
+            "only lane-<digits> is reserved"
+        );
     }
 
     #[test]
@@ -433,8 +515,8 @@ mod tests {
         let t = Topics::new::<&str>("x.", &[]).unwrap();
         assert_eq!(t.retries().len(), 0);
         assert_eq!(
-            t.dispatcher_inputs(),
-            ["x.deliveries", "x.deliveries.strict"]
+            t.dispatcher_inputs()[..3],
+            ["x.deliveries", "x.deliveries.strict", "x.deliveries.lane-0"]
         );
     }
 }

@@ -244,6 +244,13 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
                     "consumes and writes a retry tier",
                 )
             }));
+            v.extend(t.lanes().map(|lane| {
+                topic(
+                    lane,
+                    vec![Read, Write, DescribeConfigs],
+                    "moves a hot subscription's records to an overflow lane and consumes it",
+                )
+            }));
             v.extend([
                 topic(t.dlq(), vec![Write, DescribeConfigs], "writes dead letters"),
                 topic(

@@ -284,6 +284,13 @@ impl Engine {
             if tpl.count() == 0 {
                 continue;
             }
+            // An overflow lane is read by assignment, with the partition of
+            // `deliveries` it mirrors: its offsets commit in the group under
+            // the `deliveries` consumer's membership.
+            let consumer = self
+                .lane_source
+                .filter(|_| self.machine.inputs()[input].lane.is_some())
+                .map_or(consumer, |source| &self.consumers[usize::from(source)]);
             let group = consumer
                 .group_metadata()
                 .ok_or_else(|| format!("no group metadata for {}", self.topics[input]))?;
@@ -437,7 +444,13 @@ async fn transact(
     }
     for h in handoffs {
         transactor
-            .send(&h.topic, h.record_key.as_deref(), &h.value)
+            .send_to(
+                &h.topic,
+                h.partition,
+                h.record_key.as_deref(),
+                &h.value,
+                &h.headers,
+            )
             .await?;
         if let Some(d) = &h.disable {
             let key = d.record.subscription_id.as_bytes();

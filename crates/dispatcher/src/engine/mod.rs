@@ -21,13 +21,15 @@
 mod commit;
 mod disable;
 mod gauges;
+mod lanes;
 mod rebalance;
 
 use std::{collections::HashMap, sync::Arc, time::Duration, time::SystemTime};
 
 use disable::Disabling;
 use hookline_core::{
-    BreakerSettings, DeadLetterReason, LaneLimits, LaneSettings, RejectReason, Signal,
+    BreakerSettings, DeadLetterReason, LaneLimits, LaneSettings, OverflowSettings, RejectReason,
+    Signal,
 };
 use hookline_envelope::{decode, Delivery, Unusable};
 use hookline_runtime::{
@@ -140,6 +142,9 @@ pub(crate) struct Engine {
     on_purpose: Vec<HeldPartitions>,
     commits: commit::Commits,
     ticks: u32,
+    /// Overflow lanes in use, and the `deliveries` input they follow.
+    lane_count: usize,
+    lane_source: Option<u16>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -164,6 +169,7 @@ pub(crate) struct Parts {
     /// Larger payloads are refused (dead-lettered) without being sent.
     pub max_payload_bytes: usize,
     pub breaker: BreakerSettings,
+    pub overflow: OverflowSettings,
     pub commands: Vec<std::sync::mpsc::Sender<Command>>,
     pub on_purpose: Vec<HeldPartitions>,
     pub transactor: Transactor,
@@ -172,16 +178,21 @@ pub(crate) struct Parts {
 
 impl Engine {
     pub(crate) fn new(p: Parts, limits: LaneLimits) -> Result<Self, DispatcherError> {
+        let machine = Machine::new(
+            p.inputs,
+            limits,
+            p.max_payload_bytes,
+            p.ctx.retry_policy.ladder().clone(),
+            (p.breaker, p.overflow),
+        )?;
+        let lane_source = machine.overflow().source();
+        let lane_count = machine.inputs().iter().filter(|i| i.lane.is_some()).count();
         Ok(Self {
-            epochs: vec![0; p.inputs.len()],
-            topics: p.inputs.iter().map(|i| i.topic.clone()).collect(),
-            machine: Machine::new(
-                p.inputs,
-                limits,
-                p.max_payload_bytes,
-                p.ctx.retry_policy.ladder().clone(),
-                p.breaker,
-            )?,
+            epochs: vec![0; machine.inputs().len()],
+            topics: machine.inputs().iter().map(|i| i.topic.clone()).collect(),
+            machine,
+            lane_count,
+            lane_source,
             consumers: p.consumers,
             events: p.events,
             subs: p.subs,
@@ -259,6 +270,7 @@ impl Engine {
                     .filter_map(|(t, p)| self.machine.part(t, *p))
                     .collect();
                 self.machine.assign(&parts);
+                self.assign_lanes(&parts);
             }
             FromKafka::Revoked {
                 input,
@@ -279,6 +291,9 @@ impl Engine {
                     self.machine.rewound(part, generation, done);
                 }
             }
+            FromKafka::Eof { input, partition } => {
+                self.machine.lane_eof(Part { input, partition });
+            }
             FromKafka::Error(error) => events::ConsumerError { error: &error }.emit(),
         }
     }
@@ -293,6 +308,7 @@ impl Engine {
             .to_millis()
             .filter(|ms| *ms >= 0)
             .map(hookline_core::epoch::from_millis);
+        self.note_lane_record(part, msg);
         let intake = self.machine.on_record(
             part,
             msg.offset(),
@@ -303,6 +319,14 @@ impl Engine {
         match intake {
             Intake::Quarantine(unusable) => self.quarantine(part, msg, &unusable),
             Intake::Repark { tier } => self.repark(part, msg, tier),
+            Intake::Move { lane } => self.move_to_lane(
+                (part, msg.offset()),
+                lane,
+                (
+                    msg.key().map(<[u8]>::to_vec),
+                    msg.payload().unwrap_or_default().to_vec(),
+                ),
+            ),
             Intake::Queued | Intake::Dropped | Intake::NotDue => {}
         }
     }
@@ -334,8 +358,10 @@ impl Engine {
         self.commits.defer(Handoff {
             key,
             topic: topic.to_owned(),
+            partition: None,
             record_key: msg.key().map(<[u8]>::to_vec),
             value,
+            headers: Vec::new(),
             written: Written::Reparked {
                 tier: name.to_owned(),
                 reason: ParkReason::NotDue,
@@ -413,6 +439,12 @@ impl Engine {
                     until,
                     disable,
                 } => self.park(key, *delivery, tier, until, disable),
+                // Finished when it goes into a transaction (`commit.rs`).
+                Action::Move {
+                    key,
+                    delivery,
+                    lane,
+                } => self.move_queued(key, &delivery, lane),
                 // Finished when it goes into a transaction (`commit.rs`).
                 Action::Unattempted {
                     key,
@@ -578,8 +610,10 @@ impl Engine {
         self.commits.defer(Handoff {
             key,
             topic: topic.to_owned(),
+            partition: None,
             record_key: Some(delivery.tenant_id.as_bytes().to_vec()),
             value: hookline_envelope::encode(&delivery),
+            headers: Vec::new(),
             written: Written::Reparked {
                 tier: name.to_owned(),
                 reason: ParkReason::BreakerOpen,
@@ -612,9 +646,11 @@ impl Engine {
         self.health.beat(LOOP);
         self.disabling.prune(&self.subs);
         self.machine.on_tick();
+        self.machine.observe_backlog(SystemTime::now());
         self.ticks += 1;
         if self.ticks % GAUGE_TICKS == 0 {
             self.gauges();
+            self.overflow_gauges();
             self.publish_held();
         }
     }
@@ -655,6 +691,18 @@ fn emit(note: Note, topics: &[String]) {
         } => events::BreakerChanged {
             subscription_id: &subscription_id,
             transition,
+        }
+        .emit(),
+        Note::Overflow {
+            partition,
+            subscription_id,
+            lane,
+            promoted,
+        } => events::OverflowChanged {
+            partition,
+            subscription_id: &subscription_id,
+            lane,
+            promoted,
         }
         .emit(),
         Note::Held {

@@ -22,10 +22,13 @@ impl Engine {
     /// give their in-flight attempts the request timeout, commit what is
     /// pending, forget them.
     pub(super) async fn revoke(&mut self, _input: u16, revoked: &[TopicPartition]) {
-        let parts: Vec<Part> = revoked
+        let mut parts: Vec<Part> = revoked
             .iter()
             .filter_map(|(t, p)| self.machine.part(t, *p))
             .collect();
+        // The lanes' partitions that follow them go with them.
+        let lanes = self.lane_parts(&parts);
+        parts.extend(&lanes);
         let dropped = self.machine.revoke(&parts);
         let deadline = Instant::now() + self.request_timeout + DRAIN_SLACK;
         let in_flight = self.wait_for(|k| parts.contains(&k.0), deadline).await;
@@ -34,6 +37,7 @@ impl Engine {
             .await;
         let abandoned = self.abandon(|k| parts.contains(&k.0));
         self.machine.forget(&parts);
+        self.unassign_lanes(&lanes);
         tracing::info!(
             partitions = parts.len(),
             dropped,

@@ -28,10 +28,13 @@
 
 mod breakers;
 mod gate;
+mod overflow;
 mod start;
 
 #[cfg(test)]
 mod gate_tests;
+#[cfg(test)]
+mod overflow_tests;
 #[cfg(test)]
 mod tests;
 
@@ -41,8 +44,8 @@ use std::{
 };
 
 use hookline_core::{
-    epoch, BreakerSettings, Flow, Job, Ladder, LaneKey, LaneLimits, LaneSettings, Lanes, Release,
-    Signal, Started, Transition,
+    epoch, BreakerSettings, Change, Flow, Job, Ladder, LaneKey, LaneLimits, LaneSettings, Lanes,
+    OverflowSettings, Release, Signal, Started, Transition,
 };
 
 use breakers::{Breakers, Decision};
@@ -52,6 +55,8 @@ use gate::Gate;
 pub(crate) use gate::GateAction;
 #[cfg(test)]
 pub(crate) use gate::Hold;
+pub(crate) use overflow::Hot;
+use overflow::Overflow;
 
 use crate::{
     attempt::{Finished, Refusal, Target},
@@ -107,6 +112,14 @@ pub(crate) enum Action {
         until: SystemTime,
         disable: bool,
     },
+    /// A queued record of a subscription just promoted: write it as it is to
+    /// overflow lane `lane` (partition `key.0.partition`) in the next
+    /// transaction, then [`Machine::complete`] `key`.
+    Move {
+        key: Key,
+        delivery: Box<Delivery>,
+        lane: usize,
+    },
 }
 
 /// What the adapter must count and log (each is one event).
@@ -136,6 +149,14 @@ pub(crate) enum Note {
         subscription_id: String,
         transition: Transition,
     },
+    /// A subscription was promoted to (or demoted from) an overflow lane on a
+    /// partition of `deliveries`.
+    Overflow {
+        partition: i32,
+        subscription_id: String,
+        lane: usize,
+        promoted: bool,
+    },
     /// A strictly ordered delivery waits at the head of its lane until `until`
     /// (its backoff, or its breaker's), holding the later ones behind it.
     Held {
@@ -161,6 +182,10 @@ pub(crate) enum Intake {
     Repark { tier: usize },
     /// Not a `Delivery`: write it to quarantine, then [`Machine::complete`] `key`.
     Quarantine(Unusable),
+    /// Its subscription is promoted (or an ordered one not yet back in sync):
+    /// write the record as it is to overflow lane `lane`, partition
+    /// `key.0.partition`, then [`Machine::complete`] its key.
+    Move { lane: usize },
 }
 
 /// A buffered record not yet started.
@@ -219,6 +244,7 @@ pub(crate) struct Machine {
     /// When a tier head is due, and where a re-parked one goes.
     ladder: Ladder,
     breakers: Breakers,
+    overflow: Overflow,
 }
 
 impl Machine {
@@ -227,9 +253,10 @@ impl Machine {
         limits: LaneLimits,
         max_payload_bytes: usize,
         ladder: Ladder,
-        breaker: BreakerSettings,
+        (breaker, overflow): (BreakerSettings, OverflowSettings),
     ) -> Result<Self, DispatcherError> {
         Ok(Self {
+            overflow: Overflow::new(&inputs, overflow),
             inputs,
             lanes: Lanes::new(limits)?,
             offsets: Offsets::default(),
@@ -277,6 +304,7 @@ impl Machine {
         for part in parts {
             self.offsets.assign(*part);
             self.gate.assign(*part, &mut out);
+            self.overflow.reset(*part);
         }
         self.gate_actions(out);
     }
@@ -334,9 +362,94 @@ impl Machine {
                 }
             }
         }
+        let ordered = dir.settings(&delivery.subscription_id).max_in_flight <= 1;
+        if let Some(lane) = self
+            .overflow
+            .route(part, &delivery.subscription_id, ordered)
+        {
+            self.start_move((part, offset));
+            self.overflow.moving((part, offset), lane);
+            return Intake::Move { lane };
+        }
         let ready_since = epoch::from_millis(delivery.due_at.max(delivery.created_at));
         self.queue((part, offset), delivery, ready_since, now, dir);
         Intake::Queued
+    }
+
+    /// A move of `key` is a pending write, like a quarantined record.
+    fn start_move(&mut self, key: Key) {
+        self.running.insert(key, Running::Write);
+        let mut out = Vec::new();
+        self.gate.write_started(key.0, &mut out);
+        self.gate_actions(out);
+    }
+
+    /// A record of an overflow lane's partition is about to be given to
+    /// [`on_record`](Self::on_record); `moved_from` is its source offset in
+    /// `deliveries` (its `hookline-moved-from` header).
+    pub(crate) fn lane_record(&mut self, part: Part, moved_from: Option<i64>) {
+        self.overflow.fetched(part, moved_from);
+    }
+
+    /// An overflow lane's partition was read to its end.
+    pub(crate) fn lane_eof(&mut self, part: Part) {
+        self.overflow.eof(part);
+    }
+
+    /// Periodic: the promotion controller sees each subscription's backlog per
+    /// partition of `deliveries` (queued records of `deliveries` and of the
+    /// lanes); a subscription promoted now has its queued records of
+    /// `deliveries` withdrawn from the lanes and moved, in order.
+    pub(crate) fn observe_backlog(&mut self, now: SystemTime) {
+        if self.overflow.source().is_none() {
+            return;
+        }
+        let mut backlog: HashMap<Hot, usize> = HashMap::new();
+        for ((part, _), q) in &self.queued {
+            if let Some(partition) = self.overflow.backlog_partition(*part) {
+                *backlog
+                    .entry((partition, q.delivery.subscription_id.clone()))
+                    .or_default() += 1;
+            }
+        }
+        for change in self.overflow.observe(backlog, now) {
+            let (promoted, (partition, subscription_id)) = match change {
+                Change::Promote(hot) => (true, hot),
+                Change::Demote(hot) => (false, hot),
+            };
+            let lane = self.overflow.lane_for(&subscription_id);
+            self.notes.push(Note::Overflow {
+                partition,
+                subscription_id: subscription_id.clone(),
+                lane,
+                promoted,
+            });
+            if !promoted {
+                continue;
+            }
+            let Some(input) = self.overflow.source() else {
+                continue;
+            };
+            let part = Part { input, partition };
+            for offset in self.lanes.withdraw(&part, &subscription_id) {
+                let key = (part, offset);
+                let Some(queued) = self.queued.remove(&key) else {
+                    continue;
+                };
+                self.start_move(key);
+                self.overflow.moving(key, lane);
+                self.actions.push(Action::Move {
+                    key,
+                    delivery: Box::new(queued.delivery),
+                    lane,
+                });
+            }
+        }
+    }
+
+    /// The overflow lanes' state, for the gauges and the attribution table.
+    pub(crate) fn overflow(&self) -> &Overflow {
+        &self.overflow
     }
 
     fn queue(
@@ -387,6 +500,7 @@ impl Machine {
             return;
         };
         self.release(key, &run);
+        self.overflow.ended(key, finished == Finished::Durable);
         if finished == Finished::Durable {
             self.finish(key);
         }
@@ -613,6 +727,7 @@ impl Machine {
                 dropped += 1;
             }
             self.gate.revoke(*part);
+            self.overflow.reset(*part);
         }
         dropped
     }
@@ -671,6 +786,7 @@ impl Machine {
         for key in &keys {
             if let Some(run) = self.running.remove(key) {
                 self.release(*key, &run);
+                self.overflow.ended(*key, false);
             }
         }
         keys

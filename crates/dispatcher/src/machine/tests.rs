@@ -7,7 +7,9 @@ use std::{
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
-use hookline_core::{BreakerSettings, Ladder, LaneLimits, LaneSettings, Signal, Transition};
+use hookline_core::{
+    BreakerSettings, Ladder, LaneLimits, LaneSettings, OverflowSettings, Signal, Transition,
+};
 use hookline_envelope::{encode, Delivery};
 
 use super::{Action, Directory, GateAction, Hold, Intake, Machine, Note};
@@ -35,7 +37,7 @@ const S: Part = Part {
 /// `--max-payload-bytes` in these tests.
 const MAX_PAYLOAD: usize = 64;
 
-fn t(ms: u64) -> SystemTime {
+pub(super) fn t(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_millis(ms)
 }
 
@@ -45,10 +47,10 @@ fn epoch_ms(t: SystemTime) -> i64 {
 
 /// Subscriptions: max in flight, enabled.
 #[derive(Default)]
-struct Dir(HashMap<String, (u32, bool)>);
+pub(super) struct Dir(HashMap<String, (u32, bool)>);
 
 impl Dir {
-    fn with(subs: &[(&str, u32, bool)]) -> Self {
+    pub(super) fn with(subs: &[(&str, u32, bool)]) -> Self {
         Self(
             subs.iter()
                 .map(|(id, max, enabled)| ((*id).to_owned(), (*max, *enabled)))
@@ -81,18 +83,21 @@ fn machine(partition_records: usize) -> Machine {
             label: "deliveries",
             tier: None,
             strict: false,
+            lane: None,
         },
         Input {
             topic: "retry-10s".into(),
             label: "retry-10s",
             tier: Some(0),
             strict: false,
+            lane: None,
         },
         Input {
             topic: "deliveries.strict".into(),
             label: "strict",
             tier: None,
             strict: true,
+            lane: None,
         },
     ];
     let limits = LaneLimits {
@@ -109,7 +114,7 @@ fn machine(partition_records: usize) -> Machine {
         limits,
         MAX_PAYLOAD,
         Ladder::default(),
-        BreakerSettings::DEFAULT,
+        (BreakerSettings::DEFAULT, OverflowSettings::DEFAULT),
     )
     .expect("valid limits");
     m.assign(&[D, R]);
@@ -118,7 +123,7 @@ fn machine(partition_records: usize) -> Machine {
     m
 }
 
-fn delivery(subscription: &str, due: SystemTime) -> Vec<u8> {
+pub(super) fn delivery(subscription: &str, due: SystemTime) -> Vec<u8> {
     delivery_of(subscription, due, b"{}")
 }
 
@@ -151,19 +156,25 @@ fn gates(m: &mut Machine) -> Vec<GateAction> {
         .into_iter()
         .filter_map(|a| match a {
             Action::Gate(g) => Some(g),
-            Action::Attempt { .. } | Action::Unattempted { .. } | Action::Park { .. } => None,
+            Action::Attempt { .. }
+            | Action::Unattempted { .. }
+            | Action::Park { .. }
+            | Action::Move { .. } => None,
         })
         .collect()
 }
 
 /// Starts what may start at `now`; returns the attempted keys (gate actions are dropped).
-fn start(m: &mut Machine, now: SystemTime, dir: &Dir) -> Vec<Key> {
+pub(super) fn start(m: &mut Machine, now: SystemTime, dir: &Dir) -> Vec<Key> {
     m.start_ready(now, dir);
     m.take_actions()
         .into_iter()
         .filter_map(|a| match a {
             Action::Attempt { key, .. } => Some(key),
-            Action::Gate(_) | Action::Unattempted { .. } | Action::Park { .. } => None,
+            Action::Gate(_)
+            | Action::Unattempted { .. }
+            | Action::Park { .. }
+            | Action::Move { .. } => None,
         })
         .collect()
 }
@@ -552,7 +563,7 @@ fn disabled_or_deleted_subscription_is_kept_unattempted_and_finished_only_when_w
                 kept.push((key, delivery.subscription_id.clone(), why));
             }
             Action::Attempt { key, .. } => attempted.push(key),
-            Action::Gate(_) | Action::Park { .. } => {}
+            Action::Gate(_) | Action::Park { .. } | Action::Move { .. } => {}
         }
     }
     assert_eq!(attempted, vec![(D, 3)], "only the enabled one is attempted");
@@ -671,7 +682,10 @@ fn payload_over_the_cap_is_refused_without_being_sent() {
         .into_iter()
         .filter_map(|a| match a {
             Action::Attempt { key, refusal, .. } => Some((key, refusal)),
-            Action::Gate(_) | Action::Unattempted { .. } | Action::Park { .. } => None,
+            Action::Gate(_)
+            | Action::Unattempted { .. }
+            | Action::Park { .. }
+            | Action::Move { .. } => None,
         })
         .collect();
     assert_eq!(
@@ -701,7 +715,7 @@ fn start_or_park(
             Action::Park {
                 key, tier, until, ..
             } => parked.push((key, tier, until)),
-            Action::Gate(_) | Action::Unattempted { .. } => {}
+            Action::Gate(_) | Action::Unattempted { .. } | Action::Move { .. } => {}
         }
     }
     (attempted, parked)

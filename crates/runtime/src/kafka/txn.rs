@@ -111,10 +111,36 @@ impl Transactor {
         key: Option<&[u8]>,
         value: &[u8],
     ) -> Result<(), TxnError> {
+        self.send_to(topic, None, key, value, &[]).await
+    }
+
+    /// [`send`](Self::send) to an explicit partition (the partitioner's choice
+    /// when `None`), with headers.
+    pub async fn send_to(
+        &self,
+        topic: &str,
+        partition: Option<i32>,
+        key: Option<&[u8]>,
+        value: &[u8],
+        headers: &[(&str, String)],
+    ) -> Result<(), TxnError> {
         loop {
             let mut record = FutureRecord::<[u8], [u8]>::to(topic).payload(value);
             if let Some(key) = key {
                 record = record.key(key);
+            }
+            if let Some(partition) = partition {
+                record = record.partition(partition);
+            }
+            if !headers.is_empty() {
+                let mut owned = rdkafka::message::OwnedHeaders::new_with_capacity(headers.len());
+                for (name, value) in headers {
+                    owned = owned.insert(rdkafka::message::Header {
+                        key: name,
+                        value: Some(value.as_bytes()),
+                    });
+                }
+                record = record.headers(owned);
             }
             match self.producer.send_result(record) {
                 Ok(_report) => return Ok(()),

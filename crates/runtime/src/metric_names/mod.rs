@@ -25,6 +25,10 @@ pub mod label {
     pub const KIND: &str = "kind";
     /// Attempt class: `first_attempt` or `retry`.
     pub const CLASS: &str = "class";
+    /// An overflow lane: `lane-0` to `lane-7`.
+    pub const LANE: &str = "lane";
+    /// An overflow lane change: `promoted` or `demoted`.
+    pub const CHANGE: &str = "change";
 }
 
 /// Always 1, with the stage and version as labels.

@@ -100,6 +100,8 @@ pub fn desired(settings: &Settings) -> Result<Vec<TopicSpec>, ProvisionError> {
         (topics.quarantine(), Role::Quarantine),
         (topics.attempts(), Role::Attempts),
     ]);
+    // Overflow lanes take a moved record to its source partition's number.
+    roles.extend(topics.lanes().map(|lane| (lane, Role::Deliveries)));
 
     let mut problems = Vec::new();
     let mut specs: Vec<(TopicSpec, Role)> = roles

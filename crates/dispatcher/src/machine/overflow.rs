@@ -1,0 +1,234 @@
+//! Overflow lanes, as the machine decides them: which records of `deliveries`
+//! are moved to a lane topic instead of being buffered, and when a lane is
+//! known to hold nothing older of a subscription than what `deliveries` holds.
+//!
+//! A record moved from partition `p` of `deliveries` goes to partition `p` of
+//! lane `Topics::lane_of(subscription)`, in the transaction that commits its
+//! source offset (a hand-off like a retry: never lost, never doubled). The
+//! replica that owns `deliveries` partition `p` also reads partition `p` of
+//! every lane (`engine/lanes.rs` assigns them with it), so both FIFOs of a
+//! subscription feed the same lane of `hookline_core::Lanes` in this replica.
+//!
+//! Order for `max_in_flight = 1` (first attempts start in event order) holds
+//! across promotion and demotion because a subscription's records enter the
+//! scheduler in source order: once promoted, *all* its records of the
+//! partition go to the lane (its queued ones are withdrawn and moved, in
+//! order, behind anything it already has there); after demotion, an ordered
+//! subscription's records keep going to the lane until the lane partition is
+//! *in sync* — every record this replica moved there has been fetched back
+//! (the `hookline-moved-from` header carries each one's source offset), and
+//! the lane was read to its end once since the assignment (so nothing an
+//! earlier owner moved is left unfetched). Only then does it start from
+//! `deliveries` again, behind whatever it still has queued from the lane.
+//! Records the scheduler holds start in FIFO order within the subscription's
+//! cap, so nothing starts from the new place while anything older waits in the
+//! old one.
+
+use std::collections::HashMap;
+
+use hookline_core::{Change, OverflowSettings, Promotions};
+use hookline_envelope::Topics;
+
+use crate::part::{Input, Key, Part};
+
+/// What this replica knows of one lane partition (lane, partition).
+#[derive(Debug, Default, Clone)]
+struct LaneSync {
+    /// Read to its end once since it was assigned.
+    eof: bool,
+    /// Moves handed off and not yet committed (or abandoned).
+    pending: usize,
+    /// The highest source offset moved there and committed.
+    moved: Option<i64>,
+    /// The highest source offset fetched back from it.
+    fetched: Option<i64>,
+}
+
+impl LaneSync {
+    fn in_sync(&self) -> bool {
+        self.eof && self.pending == 0 && self.moved <= self.fetched
+    }
+}
+
+/// A (partition of `deliveries`, subscription) the controller promotes.
+pub(crate) type Hot = (i32, String);
+
+/// The overflow state of one machine.
+#[derive(Debug)]
+pub(crate) struct Overflow {
+    /// The `deliveries` input, when lanes are on.
+    source: Option<u16>,
+    /// The input of lane `k`, by `k`.
+    lanes: Vec<u16>,
+    promotions: Promotions<Hot>,
+    sync: HashMap<(usize, i32), LaneSync>,
+    /// Moves handed off, by source record: its lane.
+    moving: HashMap<Key, usize>,
+    /// Records moved since start, by lane (for the counter).
+    moved_total: Vec<u64>,
+}
+
+impl Overflow {
+    pub(crate) fn new(inputs: &[Input], settings: OverflowSettings) -> Self {
+        let mut lanes: Vec<(usize, u16)> = inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, input)| Some((input.lane?, u16::try_from(i).ok()?)))
+            .collect();
+        lanes.sort_unstable();
+        let lanes: Vec<u16> = lanes.into_iter().map(|(_, i)| i).collect();
+        let source = inputs
+            .iter()
+            .position(Input::is_source)
+            .and_then(|i| u16::try_from(i).ok())
+            .filter(|_| settings.lanes > 0 && !lanes.is_empty());
+        let settings = OverflowSettings {
+            lanes: settings.lanes.min(lanes.len()),
+            ..settings
+        };
+        Self {
+            moved_total: vec![0; lanes.len()],
+            source,
+            lanes,
+            promotions: Promotions::new(settings),
+            sync: HashMap::new(),
+            moving: HashMap::new(),
+        }
+    }
+
+    /// The lane index of `part`, when it is a lane's partition.
+    pub(crate) fn lane_of_part(&self, part: Part) -> Option<usize> {
+        self.lanes.iter().position(|i| *i == part.input)
+    }
+
+    pub(crate) fn is_source(&self, part: Part) -> bool {
+        self.source == Some(part.input)
+    }
+
+    /// The partition of lane `lane` that mirrors `partition` of `deliveries`.
+    pub(crate) fn lane_part(&self, lane: usize, partition: i32) -> Option<Part> {
+        Some(Part {
+            input: *self.lanes.get(lane)?,
+            partition,
+        })
+    }
+
+    /// Where a fetched record of `deliveries` goes: `Some(lane)` to be moved
+    /// there, `None` to be buffered here. `ordered`: its subscription starts
+    /// one at a time (`max_in_flight = 1`).
+    pub(crate) fn route(&self, part: Part, subscription_id: &str, ordered: bool) -> Option<usize> {
+        if !self.is_source(part) {
+            return None;
+        }
+        let lane = self.lane_for(subscription_id);
+        let hot = (part.partition, subscription_id.to_owned());
+        if self.promotions.is_promoted(&hot) {
+            return Some(lane);
+        }
+        let in_sync = self
+            .sync
+            .get(&(lane, part.partition))
+            .is_some_and(LaneSync::in_sync);
+        (ordered && !in_sync).then_some(lane)
+    }
+
+    /// The lane a subscription moves to.
+    pub(crate) fn lane_for(&self, subscription_id: &str) -> usize {
+        Topics::lane_of(subscription_id, self.lanes.len())
+    }
+
+    /// A move of `key` to `lane` was handed off.
+    pub(crate) fn moving(&mut self, key: Key, lane: usize) {
+        self.sync
+            .entry((lane, key.0.partition))
+            .or_default()
+            .pending += 1;
+        self.moving.insert(key, lane);
+    }
+
+    /// Work of `key` ended: when it was a move, `durable` says it committed.
+    pub(crate) fn ended(&mut self, key: Key, durable: bool) {
+        let Some(lane) = self.moving.remove(&key) else {
+            return;
+        };
+        if let Some(sync) = self.sync.get_mut(&(lane, key.0.partition)) {
+            sync.pending = sync.pending.saturating_sub(1);
+            if durable {
+                sync.moved = sync.moved.max(Some(key.1));
+                if let Some(total) = self.moved_total.get_mut(lane) {
+                    *total += 1;
+                }
+            }
+        }
+    }
+
+    /// A record of lane partition `part` was fetched; `moved_from` is its
+    /// source offset (its `hookline-moved-from` header).
+    pub(crate) fn fetched(&mut self, part: Part, moved_from: Option<i64>) {
+        let Some(lane) = self.lane_of_part(part) else {
+            return;
+        };
+        let sync = self.sync.entry((lane, part.partition)).or_default();
+        sync.fetched = sync.fetched.max(moved_from);
+    }
+
+    /// Lane partition `part` was read to its end.
+    pub(crate) fn eof(&mut self, part: Part) {
+        if let Some(lane) = self.lane_of_part(part) {
+            self.sync.entry((lane, part.partition)).or_default().eof = true;
+        }
+    }
+
+    /// Partitions (re)assigned or revoked: what was known of them is forgotten.
+    pub(crate) fn reset(&mut self, part: Part) {
+        if let Some(lane) = self.lane_of_part(part) {
+            self.sync.remove(&(lane, part.partition));
+        }
+        if self.is_source(part) {
+            self.promotions.forget(|(p, _)| *p == part.partition);
+        }
+    }
+
+    /// One observation of the backlog (records buffered and not started, from
+    /// `deliveries` and the lanes, by partition and subscription).
+    pub(crate) fn observe(
+        &mut self,
+        backlog: HashMap<Hot, usize>,
+        now: std::time::SystemTime,
+    ) -> Vec<Change<Hot>> {
+        self.promotions.observe(backlog, now)
+    }
+
+    /// Whether `part`'s records count in the backlog the controller sees, and
+    /// as which partition of `deliveries`.
+    pub(crate) fn backlog_partition(&self, part: Part) -> Option<i32> {
+        (self.is_source(part) || self.lane_of_part(part).is_some()).then_some(part.partition)
+    }
+
+    pub(crate) fn source(&self) -> Option<u16> {
+        self.source
+    }
+
+    /// Promoted (partition, subscription) pairs, and since when.
+    pub(crate) fn promoted(&self) -> impl Iterator<Item = (&Hot, std::time::SystemTime)> {
+        self.promotions.iter_promoted()
+    }
+
+    pub(crate) fn promoted_count(&self) -> usize {
+        self.promotions.promoted()
+    }
+
+    /// Subscriptions that qualified for a lane and found none free.
+    pub(crate) fn waiting(&self) -> usize {
+        self.promotions.waiting()
+    }
+
+    /// The lane ceiling in use.
+    pub(crate) fn ceiling(&self) -> usize {
+        self.promotions.settings().lanes
+    }
+
+    pub(crate) fn moved_total(&self) -> &[u64] {
+        &self.moved_total
+    }
+}

@@ -1,0 +1,266 @@
+//! Overflow lanes in the machine, without a broker: promotion moves a hot
+//! subscription's queued records (in order) and frees its partition; the
+//! partition behind it keeps flowing; an ordered subscription's records enter
+//! the scheduler in source order across promotion, demotion and reassignment.
+
+use std::time::Duration;
+
+use hookline_core::{BreakerSettings, Ladder, LaneLimits, OverflowSettings};
+
+use super::tests::{delivery, start, t, Dir};
+use super::{Action, GateAction, Intake, Machine, Note};
+use crate::{attempt::Finished, part::Input, part::Key, part::Part};
+
+const D: Part = Part {
+    input: 0,
+    partition: 0,
+};
+
+fn lane_part(m: &Machine, sub: &str) -> Part {
+    let lane = m.overflow().lane_for(sub);
+    m.overflow().lane_part(lane, 0).unwrap()
+}
+
+fn machine(lanes: usize) -> Machine {
+    let mut inputs = vec![Input {
+        topic: "deliveries".into(),
+        label: "deliveries",
+        tier: None,
+        strict: false,
+        lane: None,
+    }];
+    for lane in 0..2 {
+        inputs.push(Input {
+            topic: format!("deliveries.lane-{lane}"),
+            label: "lane",
+            tier: None,
+            strict: false,
+            lane: Some(lane),
+        });
+    }
+    let limits = LaneLimits {
+        global_in_flight: 64,
+        tenant_in_flight: 64,
+        retry_share_percent: 50,
+        partition_records: 10,
+        partition_bytes: 1 << 20,
+        total_records: 10_000,
+        total_bytes: 1 << 30,
+    };
+    let overflow = OverflowSettings {
+        lanes,
+        promote_records: 3,
+        promote_after: Duration::from_secs(1),
+        demote_records: 1,
+        demote_after: Duration::from_secs(5),
+    };
+    let mut m = Machine::new(
+        inputs,
+        limits,
+        1 << 20,
+        Ladder::default(),
+        (BreakerSettings::DEFAULT, overflow),
+    )
+    .unwrap();
+    let lanes = [
+        Part {
+            input: 1,
+            partition: 0,
+        },
+        Part {
+            input: 2,
+            partition: 0,
+        },
+    ];
+    m.assign(&[D, lanes[0], lanes[1]]);
+    for lane in lanes {
+        m.lane_eof(lane);
+    }
+    m.take_actions();
+    m
+}
+
+fn push(m: &mut Machine, part: Part, offset: i64, sub: &str, dir: &Dir) -> Intake {
+    m.on_record(part, offset, (Some(&delivery(sub, t(0))), None), t(0), dir)
+}
+
+/// Offsets the machine moved (Action::Move), in order.
+fn moves(m: &mut Machine) -> Vec<Key> {
+    m.take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Move { key, .. } => Some(key),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A whale w (ordered) fills partition 0; promoted, its queued records are
+/// moved in order and the partition resumes; the small s behind it starts at
+/// once; w's lane records start in source order after its in-flight one.
+#[test]
+fn promotion_moves_the_queued_records_in_order_and_frees_the_partition() {
+    let dir = Dir::with(&[("w", 1, true), ("s", 4, true)]);
+    let mut m = machine(2);
+    for offset in 0..10 {
+        assert!(matches!(push(&mut m, D, offset, "w", &dir), Intake::Queued));
+    }
+    assert!(m
+        .take_actions()
+        .iter()
+        .any(|a| matches!(a, Action::Gate(GateAction::Pause { part: D, .. }))));
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 0)]);
+    m.observe_backlog(t(0));
+    assert!(moves(&mut m).is_empty(), "not for a whole second yet");
+    m.observe_backlog(t(1_000));
+    assert_eq!(moves(&mut m), (1..10).map(|o| (D, o)).collect::<Vec<_>>());
+    assert!(m.take_notes().iter().any(|n| matches!(
+        n,
+        Note::Overflow { promoted: true, subscription_id, .. } if subscription_id == "w"
+    )));
+    m.on_tick();
+    assert!(
+        m.take_actions()
+            .iter()
+            .any(|a| matches!(a, Action::Gate(GateAction::Resume(D)))),
+        "the withdrawn records freed the partition"
+    );
+    // Further records of w move as they come; s behind it starts at once.
+    assert!(matches!(
+        push(&mut m, D, 10, "w", &dir),
+        Intake::Move { .. }
+    ));
+    assert!(matches!(push(&mut m, D, 11, "s", &dir), Intake::Queued));
+    assert_eq!(start(&mut m, t(1_000), &dir), vec![(D, 11)]);
+    // The moves commit; the lane gives them back, behind w's in-flight head.
+    for offset in 1..=10 {
+        m.complete((D, offset), Finished::Durable);
+    }
+    let lane = lane_part(&m, "w");
+    for (lane_offset, source) in (1..=10).enumerate() {
+        m.lane_record(lane, Some(source));
+        let lane_offset = i64::try_from(lane_offset).unwrap();
+        assert!(matches!(
+            push(&mut m, lane, lane_offset, "w", &dir),
+            Intake::Queued
+        ));
+    }
+    assert!(
+        start(&mut m, t(1_000), &dir).is_empty(),
+        "w@0 still in flight"
+    );
+    m.complete((D, 0), Finished::Durable);
+    let mut order = Vec::new();
+    for _ in 0..10 {
+        let started = start(&mut m, t(1_000), &dir);
+        assert_eq!(started.len(), 1, "one at a time");
+        order.push(started[0]);
+        m.complete(started[0], Finished::Durable);
+    }
+    assert_eq!(order, (0..10).map(|o| (lane, o)).collect::<Vec<_>>());
+}
+
+/// After demotion an ordered subscription goes back to `deliveries` only once
+/// its lane gave back everything moved there; until then it keeps moving.
+#[test]
+fn an_ordered_subscription_returns_only_when_its_lane_is_in_sync() {
+    let dir = Dir::with(&[("w", 1, true)]);
+    let mut m = machine(2);
+    for offset in 0..5 {
+        let _ = push(&mut m, D, offset, "w", &dir);
+    }
+    m.observe_backlog(t(0));
+    m.observe_backlog(t(1_000));
+    assert_eq!(moves(&mut m).len(), 5, "nothing was in flight");
+    for offset in 0..5 {
+        m.complete((D, offset), Finished::Durable);
+    }
+    // Backlog 0 for the demotion time: demoted.
+    m.observe_backlog(t(2_000));
+    m.observe_backlog(t(7_000));
+    assert!(m.take_notes().iter().any(|n| matches!(
+        n,
+        Note::Overflow {
+            promoted: false,
+            ..
+        }
+    )));
+    // Not yet in sync: only 3 of the 5 moved records are fetched back.
+    let lane = lane_part(&m, "w");
+    for source in 0..3 {
+        m.lane_record(lane, Some(source));
+        let _ = push(&mut m, lane, source, "w", &dir);
+    }
+    assert!(
+        matches!(push(&mut m, D, 5, "w", &dir), Intake::Move { .. }),
+        "behind the two not fetched back"
+    );
+    m.complete((D, 5), Finished::Durable);
+    for source in [3, 4, 5] {
+        m.lane_record(lane, Some(source));
+        let _ = push(&mut m, lane, source, "w", &dir);
+    }
+    assert!(
+        matches!(push(&mut m, D, 6, "w", &dir), Intake::Queued),
+        "in sync"
+    );
+    // And it starts after everything of the lane, in order.
+    let mut order = Vec::new();
+    while let Some(key) = start(&mut m, t(8_000), &dir).first().copied() {
+        order.push(key);
+        m.complete(key, Finished::Durable);
+    }
+    let mut want: Vec<Key> = (0..6).map(|o| (lane, o)).collect();
+    want.push((D, 6));
+    assert_eq!(order, want);
+}
+
+/// A partition reassigned: until each lane was read to its end, an ordered
+/// subscription's records move (an earlier owner may have left older ones
+/// there); an unordered one's are buffered in place.
+#[test]
+fn after_an_assignment_ordered_records_move_until_the_lane_was_read_to_its_end() {
+    let dir = Dir::with(&[("w", 1, true), ("u", 8, true)]);
+    let mut m = machine(2);
+    m.revoke(&[D]);
+    m.assign(&[D]);
+    let lane = lane_part(&m, "w");
+    m.revoke(&[lane]);
+    m.assign(&[lane]);
+    assert!(matches!(push(&mut m, D, 0, "w", &dir), Intake::Move { .. }));
+    assert!(matches!(push(&mut m, D, 1, "u", &dir), Intake::Queued));
+    m.complete((D, 0), Finished::Durable);
+    m.lane_eof(lane);
+    assert!(
+        matches!(push(&mut m, D, 2, "w", &dir), Intake::Move { .. }),
+        "its own move is not fetched back yet"
+    );
+    m.complete((D, 2), Finished::Durable);
+    m.lane_record(lane, Some(0));
+    m.lane_record(lane, Some(2));
+    assert!(matches!(push(&mut m, D, 3, "w", &dir), Intake::Queued));
+}
+
+/// The lane ceiling: of two whales, one is promoted and the other waits.
+#[test]
+fn the_ceiling_holds_and_lanes_zero_moves_nothing() {
+    let dir = Dir::with(&[("a", 8, true), ("b", 8, true)]);
+    let mut m = machine(1);
+    for offset in 0..8 {
+        let sub = if offset < 5 { "a" } else { "b" };
+        let _ = push(&mut m, D, offset, sub, &dir);
+    }
+    m.observe_backlog(t(0));
+    m.observe_backlog(t(1_000));
+    assert_eq!(moves(&mut m).len(), 5, "a, the larger, is promoted");
+    assert_eq!(m.overflow().promoted_count(), 1);
+    assert_eq!(m.overflow().waiting(), 1);
+
+    let mut m = machine(0);
+    for offset in 0..8 {
+        assert!(matches!(push(&mut m, D, offset, "a", &dir), Intake::Queued));
+    }
+    m.observe_backlog(t(0));
+    m.observe_backlog(t(10_000));
+    assert!(moves(&mut m).is_empty());
+}
