@@ -571,6 +571,15 @@ fn overflow(d: &DispatcherArgs) -> Result<OverflowSettings, DispatcherError> {
             why,
         )
     })?;
+    if s.lanes > 0 && s.promote_records >= d.partition_buffer_records {
+        return Err(bad(
+            "--overflow-promote-records / HOOKLINE_OVERFLOW_PROMOTE_RECORDS",
+            format!(
+                "{} can never be reached: a partition holds at most --partition-buffer-records ({})",
+                s.promote_records, d.partition_buffer_records
+            ),
+        ));
+    }
     Ok(s)
 }
 

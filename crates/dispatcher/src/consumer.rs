@@ -125,6 +125,13 @@ impl DispatchContext {
 
 impl ClientContext for DispatchContext {
     fn error(&self, error: KafkaError, reason: &str) {
+        // A lane's consumer asks to be told of a partition's end; not an error.
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF)
+        ) {
+            return;
+        }
         tracing::warn!(%error, %reason, "librdkafka error");
     }
 }

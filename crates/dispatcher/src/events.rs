@@ -692,6 +692,10 @@ mod tests {
                     .emit()
                 }),
             ),
+            (
+                ErrorKind::LaneAssignFailed,
+                Box::new(move || LaneAssignFailed { part, error: e }.emit()),
+            ),
         ];
         let mut seen = BTreeSet::new();
         for (kind, emit) in cases {

@@ -1,0 +1,233 @@
+//! Isolation at any backlog size, on real Kafka (one partition): a whale's
+//! backlog of 20× the partition buffer, through a 200 ms endpoint, with a small
+//! tenant's deliveries produced behind it on the same partition. Overflow lanes
+//! move the whale out of the way, so every small delivery arrives within a
+//! bound that does not depend on the whale's backlog (without lanes it would
+//! wait for the whole backlog: about 40 s here, minutes in production); every
+//! whale delivery arrives, the `max_in_flight = 1` one's first arrivals in
+//! published order — across a kill -9 of the dispatcher in the middle.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    process::{Child, Command, Stdio},
+    time::{Duration, SystemTime},
+};
+
+use common::{delivery, now_ms, Env};
+use hookline_envelope::Delivery;
+use hookline_testkit::receiver::Behaviour;
+
+/// The partition buffer, and the whale's backlog: 20× it.
+const BUFFER: usize = 50;
+const ORDERED: usize = 150;
+const WIDE: usize = 850;
+/// How long the whale's endpoint takes to answer.
+const SLOW: Duration = Duration::from_millis(200);
+/// Each small delivery must arrive within this of being produced: promotion
+/// waits `--overflow-promote-after` (500 ms) of a full buffer, then the moves
+/// commit (a transaction, ~100 ms); 3 s leaves room for a loaded CI machine and
+/// does not grow with the whale's backlog (which would take 40 s to drain).
+const BOUND: Duration = Duration::from_secs(3);
+
+/// A dispatcher process, killed when dropped (a failed assertion must not
+/// leave it running).
+struct Dispatcher(Child);
+
+impl Dispatcher {
+    /// SIGKILL: no drain, no commit.
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Dispatcher {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn(env: &Env) -> Dispatcher {
+    let buffer = BUFFER.to_string();
+    let args = env.args(&[
+        "--group-session-timeout",
+        "6s",
+        "--partition-buffer-records",
+        &buffer,
+        "--overflow-promote-records",
+        "10",
+        "--overflow-demote-records",
+        "2",
+        "--overflow-promote-after",
+        "500ms",
+    ]);
+    Dispatcher(
+        Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
+            .args(&args[1..])
+            .env("HOOKLINE_LOG", "warn,hookline_dispatcher::events=info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start hookline-dispatcher"),
+    )
+}
+
+/// Produces one small delivery every 100 ms for `for_`, returning them.
+async fn trickle(
+    env: &Env,
+    sub: &hookline_envelope::Subscription,
+    from: usize,
+    for_: Duration,
+) -> Vec<Delivery> {
+    let mut sent = Vec::new();
+    let until = tokio::time::Instant::now() + for_;
+    let mut n = from;
+    while tokio::time::Instant::now() < until {
+        let d = delivery(sub, n);
+        env.publish(std::slice::from_ref(&d)).await;
+        sent.push(d);
+        n += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sent
+}
+
+/// Asserts every small delivery of `sent` arrived within [`BOUND`] of its creation.
+fn assert_within_bound(env: &Env, phase: &str, sent: &[Delivery]) {
+    let arrived: HashMap<String, SystemTime> = env
+        .receiver
+        .requests_to("/small")
+        .into_iter()
+        .map(|r| (r.header("webhook-id").to_owned(), r.received_at))
+        .collect();
+    let mut worst = Duration::ZERO;
+    for d in sent {
+        let at = arrived
+            .get(&d.delivery_id)
+            .unwrap_or_else(|| panic!("{phase}: small delivery {} never arrived", d.delivery_id));
+        let created = hookline_core::epoch::from_millis(d.created_at);
+        let waited = at.duration_since(created).unwrap_or_default();
+        worst = worst.max(waited);
+    }
+    eprintln!(
+        "{phase}: {} small deliveries, the slowest took {worst:?}",
+        sent.len()
+    );
+    assert!(
+        worst <= BOUND,
+        "{phase}: a small delivery waited {worst:?} behind the whale (bound {BOUND:?})"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whale_20x_the_buffer_moves_to_a_lane_and_the_small_tenant_waits_for_nothing() {
+    let env = Env::new("overflow-whale", 1).await;
+    let mut ordered = env.subscription("whale-1", "whale-co", "/ordered", "one");
+    ordered.max_in_flight = 1;
+    let mut wide = env.subscription("whale-8", "whale-co", "/wide", "one");
+    wide.max_in_flight = 8;
+    let small = env.subscription("small", "small-co", "/small", "one");
+    for sub in [&ordered, &wide, &small] {
+        env.put(sub).await;
+    }
+    env.receiver
+        .set("/ordered", Behaviour::status(204).delay(SLOW));
+    env.receiver
+        .set("/wide", Behaviour::status(204).delay(SLOW));
+    env.receiver.set("/small", Behaviour::status(204));
+    // The whale's backlog, interleaved as one tenant's two subscriptions would be.
+    let mut whale = Vec::new();
+    let (mut o, mut w) = (0, 0);
+    while o < ORDERED || w < WIDE {
+        if o < ORDERED && (w >= WIDE || (o + w) % 7 == 0) {
+            whale.push(delivery(&ordered, o));
+            o += 1;
+        } else {
+            whale.push(delivery(&wide, w));
+            w += 1;
+        }
+    }
+    env.publish(&whale).await;
+    let ordered_ids: Vec<String> = (0..ORDERED)
+        .map(|n| delivery(&ordered, n).delivery_id)
+        .collect();
+
+    let mut first = spawn(&env);
+    // Ready when the whale's first request arrives; then the small tenant
+    // produces behind the whale on the same partition, while it drains.
+    assert!(
+        env.receiver
+            .wait_until(Duration::from_secs(60), |r| !r.is_empty())
+            .await,
+        "the dispatcher delivered nothing"
+    );
+    let before = trickle(&env, &small, 0, Duration::from_secs(8)).await;
+    assert!(
+        env.receiver
+            .wait_until(BOUND, |r| r.iter().filter(|q| q.path == "/small").count()
+                >= before.len())
+            .await,
+        "small deliveries missing before the kill"
+    );
+    let whale_before = env.receiver.requests_to("/ordered").len();
+    assert!(
+        whale_before < ORDERED,
+        "the whale drained before the kill: nothing left to test"
+    );
+    first.kill();
+    assert_within_bound(&env, "before the kill", &before);
+
+    let mut second = spawn(&env);
+    // The restart is ready when it delivers again; then the small tenant goes on.
+    let restarted = now_ms();
+    let ready = env
+        .receiver
+        .wait_until(Duration::from_secs(60), |r| {
+            r.iter()
+                .any(|q| hookline_core::epoch::millis(q.received_at) > restarted + 1)
+        })
+        .await;
+    assert!(ready, "the restarted dispatcher delivered nothing");
+    let after = trickle(&env, &small, before.len(), Duration::from_secs(8)).await;
+    let all_ids: BTreeSet<String> = whale.iter().map(|d| d.delivery_id.clone()).collect();
+    let complete = env
+        .receiver
+        .wait_until(Duration::from_secs(180), |r| {
+            let ok: BTreeSet<&str> = r
+                .iter()
+                .filter(|q| q.path != "/small" && q.status == 204)
+                .map(|q| q.header("webhook-id"))
+                .collect();
+            all_ids.iter().all(|id| ok.contains(id.as_str()))
+        })
+        .await;
+    assert_within_bound(&env, "after the restart", &after);
+    second.kill();
+    let arrived: BTreeSet<String> = env
+        .receiver
+        .requests()
+        .iter()
+        .map(|q| q.header("webhook-id").to_owned())
+        .collect();
+    assert!(
+        complete,
+        "{} of {} whale deliveries arrived",
+        all_ids.iter().filter(|id| arrived.contains(*id)).count(),
+        all_ids.len()
+    );
+    // The ordered subscription: the first arrival of each delivery, in order.
+    let mut firsts: Vec<String> = Vec::new();
+    for q in env.receiver.requests_to("/ordered") {
+        let id = q.header("webhook-id").to_owned();
+        if !firsts.contains(&id) {
+            firsts.push(id);
+        }
+    }
+    assert_eq!(firsts, ordered_ids, "max_in_flight = 1 out of order");
+    // And never two at once.
+    assert_eq!(env.receiver.max_in_flight("/ordered"), 1);
+}
