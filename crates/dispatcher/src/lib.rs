@@ -154,6 +154,7 @@ async fn run_stage(
     {
         return Ok(());
     }
+    check_lane_partitions(&config.common, &topics, &lanes).await?;
     let table = topics.subscriptions().to_owned();
     subscriptions::run_with_table(
         &config.common,
@@ -169,6 +170,39 @@ async fn run_stage(
     )
     .await
     .map(|_| ())
+}
+
+/// A record moved from partition p of `deliveries` goes to partition p of its
+/// lane: refuses to start when a lane in use has fewer partitions.
+async fn check_lane_partitions(
+    common: &hookline_runtime::config::CommonArgs,
+    topics: &Topics,
+    lanes: &[&str],
+) -> Result<(), DispatcherError> {
+    if lanes.is_empty() {
+        return Ok(());
+    }
+    let counts = topic_check::partition_counts(common).await?;
+    let deliveries = counts.get(topics.deliveries()).copied().unwrap_or(0);
+    let short: Vec<String> = lanes
+        .iter()
+        .filter_map(|lane| {
+            let n = counts.get(*lane).copied().unwrap_or(0);
+            (n < deliveries).then(|| format!("{lane} has {n}"))
+        })
+        .collect();
+    if short.is_empty() {
+        return Ok(());
+    }
+    Err(DispatcherError::Config {
+        flag: "--overflow-lanes / HOOKLINE_OVERFLOW_LANES",
+        why: format!(
+            "{} has {deliveries} partitions but {}: an overflow lane needs at least as many \
+             (hookline-fanout topics --execute gives them the same), or set --overflow-lanes 0",
+            topics.deliveries(),
+            short.join(", ")
+        ),
+    })
 }
 
 #[allow(clippy::too_many_arguments)]

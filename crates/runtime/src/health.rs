@@ -20,6 +20,8 @@ struct Inner {
     beats: BTreeMap<&'static str, Instant>,
     conditions: BTreeMap<&'static str, Result<(), String>>,
     draining: bool,
+    /// Reports a stage publishes for operators (`/capacity`), as JSON.
+    reports: BTreeMap<&'static str, String>,
 }
 
 /// A verdict with a human-readable explanation for the probe's body.
@@ -53,6 +55,17 @@ impl Health {
     /// Sets a readiness condition; `Err(reason)` keeps the service unready.
     pub fn set_ready(&self, name: &'static str, state: Result<(), String>) {
         self.lock().conditions.insert(name, state);
+    }
+
+    /// Publishes a JSON report served at `/<name>` (e.g. the dispatcher's
+    /// `capacity`), replacing the previous one.
+    pub fn set_report(&self, name: &'static str, json: String) {
+        self.lock().reports.insert(name, json);
+    }
+
+    /// The report published as `name`, if any.
+    pub fn report(&self, name: &str) -> Option<String> {
+        self.lock().reports.get(name).cloned()
     }
 
     /// Marks the service as draining: it reports unready so traffic and

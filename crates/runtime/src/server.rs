@@ -165,6 +165,20 @@ fn respond(
         }
         "/healthz" => verdict(health.liveness(Instant::now())),
         "/readyz" => verdict(health.readiness()),
+        "/capacity" => match health.report("capacity") {
+            Some(json) => {
+                let mut reply = text(StatusCode::OK, json);
+                reply.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static("application/json"),
+                );
+                reply
+            }
+            None => text(
+                StatusCode::NOT_FOUND,
+                "no capacity report here: only a running dispatcher publishes one\n".to_owned(),
+            ),
+        },
         _ => text(
             StatusCode::NOT_FOUND,
             "try /metrics, /healthz or /readyz\n".to_owned(),

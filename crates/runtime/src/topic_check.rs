@@ -2,7 +2,7 @@
 //! needs exists with settings that cannot lose data, and says which are missing or wrong.
 //! Beside `kafka` rather than in it, so the Kafka clients never depend on provisioning.
 
-use std::{collections::HashSet, time::Duration};
+use std::time::Duration;
 
 use rdkafka::{
     admin::{AdminClient, AdminOptions, ResourceSpecifier},
@@ -22,6 +22,18 @@ pub async fn missing_topics(
     common: &CommonArgs,
     wanted: &[&str],
 ) -> Result<Vec<String>, RuntimeError> {
+    let present = partition_counts(common).await?;
+    Ok(wanted
+        .iter()
+        .filter(|t| !present.contains_key(**t))
+        .map(|t| (*t).to_owned())
+        .collect())
+}
+
+/// Every topic the cluster shows, with its partition count.
+pub async fn partition_counts(
+    common: &CommonArgs,
+) -> Result<std::collections::HashMap<String, usize>, RuntimeError> {
     let client: BaseConsumer = client_config(common, "hookline-topic-check")?
         .create()
         .map_err(|e| RuntimeError::kafka("creating the metadata client", e))?;
@@ -32,16 +44,11 @@ pub async fn missing_topics(
                 RuntimeError::kafka(format!("metadata task failed: {e}"), KafkaError::Canceled)
             })?
             .map_err(|e| RuntimeError::kafka("reading cluster metadata", e))?;
-    let present: HashSet<&str> = metadata
+    Ok(metadata
         .topics()
         .iter()
         .filter(|t| t.error().is_none() && !t.partitions().is_empty())
-        .map(|t| t.name())
-        .collect();
-    Ok(wanted
-        .iter()
-        .filter(|t| !present.contains(**t))
-        .map(|t| (*t).to_owned())
+        .map(|t| (t.name().to_owned(), t.partitions().len()))
         .collect())
 }
 

@@ -520,8 +520,9 @@ def test_strimzi_topics_replace_the_hook_and_carry_safe_settings(rendered):
     assert not kinds(docs, "Job")
     topics = {t["spec"]["topicName"]: t for t in kinds(docs, "KafkaTopic")}
     tiers = [f"prod.deliveries.retry-{d}" for d in ("10s", "1m", "15m", "2h")]
+    lanes = [f"prod.deliveries.lane-{n}" for n in range(8)]
     assert list(topics) == ["prod.events", "prod.subscriptions", "prod.deliveries", "prod.deliveries.strict", *tiers,
-                            "prod.deliveries.dlq", "prod.events.quarantine", "prod.deliveries.attempts"]
+                            "prod.deliveries.dlq", "prod.events.quarantine", "prod.deliveries.attempts", *lanes]
     for name, t in topics.items():
         assert t["metadata"]["labels"]["strimzi.io/cluster"] == "main"
         assert re.fullmatch(r"[a-z0-9.-]+", t["metadata"]["name"]), t["metadata"]["name"]
@@ -533,6 +534,8 @@ def test_strimzi_topics_replace_the_hook_and_carry_safe_settings(rendered):
         assert int(cfg["retention.ms"]) >= 7 * 86400 * 1000
     assert topics["prod.events"]["spec"]["partitions"] == 48
     assert topics["prod.deliveries"]["spec"]["partitions"] == 24
+    # An overflow lane mirrors deliveries partition for partition.
+    assert all(topics[lane]["spec"]["partitions"] == 24 for lane in lanes)
     assert int(topics["prod.events.quarantine"]["spec"]["config"]["max.message.bytes"]) >= int(
         topics["prod.events"]["spec"]["config"]["max.message.bytes"]
     )

@@ -148,15 +148,67 @@ impl Engine {
         );
     }
 
-    /// The promoted (partition, subscription) pairs and since when, for the
-    /// attribution table.
-    pub(super) fn promoted(&self) -> Vec<(i32, String, usize, SystemTime)> {
+    /// Publishes who holds this replica's capacity, served at `/capacity`:
+    /// the promoted subscriptions (lane, since when), and the top holders by
+    /// buffered backlog and attempts in flight, by subscription and by tenant.
+    /// Ids appear here, never in metric labels.
+    pub(super) fn publish_capacity(&self) {
+        const TOP: usize = 20;
+        let now = SystemTime::now();
+        let ms = |t: SystemTime| hookline_core::epoch::millis(t);
         let overflow = self.machine.overflow();
-        overflow
+        let promoted: Vec<serde_json::Value> = overflow
             .promoted()
             .map(|((partition, sub), since)| {
-                (*partition, sub.clone(), overflow.lane_for(sub), since)
+                let lane = overflow.lane_for(sub);
+                serde_json::json!({
+                    "partition": partition,
+                    "subscription_id": sub,
+                    "lane": crate::metrics::lane_label(lane),
+                    "since_ms": ms(since),
+                    "for_s": now.duration_since(since).unwrap_or_default().as_secs(),
+                })
             })
-            .collect()
+            .collect();
+        let holders = self.machine.holders();
+        let load = |(queued, in_flight): &(usize, usize)| queued + in_flight;
+        let mut subs: Vec<_> = holders.iter().collect();
+        subs.sort_by(|a, b| load(b.1).cmp(&load(a.1)).then(a.0.cmp(b.0)));
+        let subscriptions: Vec<serde_json::Value> = subs
+            .iter()
+            .take(TOP)
+            .map(|((tenant, sub), (queued, in_flight))| {
+                serde_json::json!({
+                    "tenant_id": tenant, "subscription_id": sub,
+                    "buffered": queued, "in_flight": in_flight,
+                })
+            })
+            .collect();
+        let mut by_tenant: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+        for ((tenant, _), (queued, in_flight)) in &holders {
+            let t = by_tenant.entry(tenant.as_str()).or_default();
+            t.0 += queued;
+            t.1 += in_flight;
+        }
+        let mut by_tenant: Vec<_> = by_tenant.into_iter().collect();
+        by_tenant.sort_by(|a, b| load(&b.1).cmp(&load(&a.1)).then(a.0.cmp(b.0)));
+        let tenants: Vec<serde_json::Value> = by_tenant
+            .iter()
+            .take(TOP)
+            .map(|(tenant, (queued, in_flight))| {
+                serde_json::json!({"tenant_id": tenant, "buffered": queued, "in_flight": in_flight})
+            })
+            .collect();
+        let report = serde_json::json!({
+            "at_ms": ms(now),
+            "overflow": {
+                "ceiling": overflow.ceiling(),
+                "promoted": promoted,
+                "waiting": overflow.waiting(),
+            },
+            "top_subscriptions": subscriptions,
+            "top_tenants": tenants,
+        });
+        self.health.set_report("capacity", report.to_string());
     }
 }

@@ -651,6 +651,7 @@ impl Engine {
         if self.ticks % GAUGE_TICKS == 0 {
             self.gauges();
             self.overflow_gauges();
+            self.publish_capacity();
             self.publish_held();
         }
     }

@@ -64,8 +64,6 @@ pub(crate) struct Overflow {
     sync: HashMap<(usize, i32), LaneSync>,
     /// Moves handed off, by source record: its lane.
     moving: HashMap<Key, usize>,
-    /// Records moved since start, by lane (for the counter).
-    moved_total: Vec<u64>,
 }
 
 impl Overflow {
@@ -87,7 +85,6 @@ impl Overflow {
             ..settings
         };
         Self {
-            moved_total: vec![0; lanes.len()],
             source,
             lanes,
             promotions: Promotions::new(settings),
@@ -155,9 +152,6 @@ impl Overflow {
             sync.pending = sync.pending.saturating_sub(1);
             if durable {
                 sync.moved = sync.moved.max(Some(key.1));
-                if let Some(total) = self.moved_total.get_mut(lane) {
-                    *total += 1;
-                }
             }
         }
     }
@@ -226,9 +220,5 @@ impl Overflow {
     /// The lane ceiling in use.
     pub(crate) fn ceiling(&self) -> usize {
         self.promotions.settings().lanes
-    }
-
-    pub(crate) fn moved_total(&self) -> &[u64] {
-        &self.moved_total
     }
 }

@@ -126,6 +126,28 @@ pub fn desired(settings: &Settings) -> Result<Vec<TopicSpec>, ProvisionError> {
             )),
         }
     }
+    // A record moved from partition p of deliveries goes to partition p of its
+    // lane: each lane has deliveries' partitions unless set, and never fewer.
+    let deliveries = specs
+        .iter()
+        .find(|(s, _)| s.name == topics.deliveries())
+        .map_or(settings.partitions, |(s, _)| s.partitions);
+    for (spec, _) in specs.iter_mut().filter(|(s, _)| topics.is_lane(&s.name)) {
+        let logical = &spec.name[settings.prefix.len()..];
+        let set = settings
+            .overrides
+            .iter()
+            .any(|(t, key, _)| t == logical && key == "partitions");
+        if !set {
+            spec.partitions = deliveries;
+        } else if spec.partitions < deliveries {
+            problems.push(format!(
+                "{logical}: {} partitions, fewer than deliveries' {deliveries}; a record moved \
+                 from partition p of deliveries goes to partition p of its lane",
+                spec.partitions
+            ));
+        }
+    }
     for (spec, role) in &specs {
         check_spec(spec, *role, &mut problems);
     }

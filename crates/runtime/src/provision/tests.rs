@@ -474,3 +474,27 @@ fn replication_fits_the_cluster_or_is_refused_naming_the_flag() {
         .iter()
         .all(|s| s.configs.get("min.insync.replicas").map(String::as_str) == Some("1")));
 }
+
+#[test]
+fn overflow_lanes_follow_the_partitions_of_deliveries_and_never_have_fewer() {
+    let specs = desired(&with(&["deliveries:partitions=24"])).unwrap();
+    let lanes: Vec<&TopicSpec> = specs
+        .iter()
+        .filter(|s| s.name.starts_with("p.deliveries.lane-"))
+        .collect();
+    assert_eq!(lanes.len(), hookline_envelope::OVERFLOW_LANES);
+    assert!(lanes.iter().all(|s| s.partitions == 24), "{lanes:?}");
+    let more = desired(&with(&["deliveries.lane-3:partitions=48"])).unwrap();
+    let lane3 = more
+        .iter()
+        .find(|s| s.name == "p.deliveries.lane-3")
+        .unwrap();
+    assert_eq!(lane3.partitions, 48, "more is allowed");
+    let problems = invalid(&with(&["deliveries.lane-3:partitions=6"]));
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("deliveries.lane-3: 6 partitions, fewer than deliveries' 12")),
+        "{problems:?}"
+    );
+}

@@ -67,14 +67,24 @@ app.kubernetes.io/component: {{ .component }}
 - deliveries.dlq
 - events.quarantine
 - deliveries.attempts
+{{- range until 8 }}
+- deliveries.lane-{{ . }}
+{{- end }}
 {{- end -}}
 
 {{/* Partitions of one topic, by unprefixed name (the topics.perTopic key):
-     its perTopic partitions, else topics.partitions. (dict "root" $ "topic" "events") */}}
+     its perTopic partitions, else topics.partitions (for an overflow lane,
+     deliveries' partitions). (dict "root" $ "topic" "events") */}}
 {{- define "hookline.partitions" -}}
 {{- $t := .root.Values.topics -}}
 {{- $s := get $t.perTopic .topic | default dict -}}
-{{- int (default $t.partitions $s.partitions) -}}
+{{- $default := $t.partitions -}}
+{{- if hasPrefix "deliveries.lane-" .topic -}}
+{{- /* An overflow lane mirrors deliveries partition for partition. */ -}}
+{{- $d := get $t.perTopic "deliveries" | default dict -}}
+{{- $default = default $t.partitions $d.partitions -}}
+{{- end -}}
+{{- int (default $default $s.partitions) -}}
 {{- end -}}
 
 {{/* Replicas a component's consumers can keep busy, checked against
