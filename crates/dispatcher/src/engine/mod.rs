@@ -21,6 +21,7 @@
 mod commit;
 mod disable;
 mod gauges;
+mod peek;
 mod rebalance;
 
 use std::{collections::HashMap, sync::Arc, time::Duration, time::SystemTime};
@@ -140,7 +141,14 @@ pub(crate) struct Engine {
     on_purpose: Vec<HeldPartitions>,
     commits: commit::Commits,
     ticks: u32,
+    /// The unfetched heads of held partitions, for the gauges (`gauges.rs`).
+    backlog: crate::backlog::Backlog,
+    peeker: peek::Peeker,
+    /// The last refresh waited for the peeker's answer to set the gauges.
+    gauges_deferred: bool,
 }
+
+pub(crate) use peek::Peeker;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -168,6 +176,7 @@ pub(crate) struct Parts {
     pub on_purpose: Vec<HeldPartitions>,
     pub transactor: Transactor,
     pub commits: CommitSettings,
+    pub peeker: Peeker,
 }
 
 impl Engine {
@@ -197,6 +206,9 @@ impl Engine {
             on_purpose: p.on_purpose,
             commits: commit::Commits::new(p.transactor, &p.commits),
             ticks: 0,
+            backlog: crate::backlog::Backlog::default(),
+            peeker: p.peeker,
+            gauges_deferred: false,
         })
     }
 
@@ -280,6 +292,7 @@ impl Engine {
                 }
             }
             FromKafka::Error(error) => events::ConsumerError { error: &error }.emit(),
+            FromKafka::Peeked(answers) => self.on_peeked(answers),
         }
     }
 
@@ -614,7 +627,7 @@ impl Engine {
         self.machine.on_tick();
         self.ticks += 1;
         if self.ticks % GAUGE_TICKS == 0 {
-            self.gauges();
+            self.refresh_gauges();
             self.publish_held();
         }
     }
