@@ -19,13 +19,14 @@ CARGO_DENY_VERSION := 0.20.2
 CARGO_DENY := $(TOOLS)/cargo-deny-$(CARGO_DENY_VERSION)/bin/cargo-deny
 ADVISORY_DB_URL := https://github.com/RustSec/advisory-db
 
-.PHONY: dev build test test-rust test-python test-faults faults chart-test lint deny fmt demo bench kafka-up kafka-down kafka-fetch venv clean
+.PHONY: dev build test test-rust test-python test-faults faults chart-test chart-tools lint deny fmt demo bench kafka-up kafka-down kafka-fetch venv clean
 
 build:
 	$(CARGO) build --workspace --all-targets $(FEATURES)
 
 ## test: starts a real Kafka broker if none is given, runs every test, stops it.
-test: venv kafka-fetch
+## chart-tools first: a dispatcher test runs promtool on the series it scrapes.
+test: venv kafka-fetch chart-tools
 	$(WITH_KAFKA) $(MAKE) --no-print-directory test-rust test-python test-faults
 	$(MAKE) --no-print-directory chart-test
 
@@ -58,6 +59,10 @@ test-faults:
 ## chart-test: the Helm chart offline; installs helm, promtool and kubernetes-validate itself.
 chart-test: venv
 	FEATURES="$(FEATURES)" bash deploy/helm/chart-test.sh
+
+## chart-tools: helm (into .cache/tools) and promtool, for the chart's and the alerts' tests.
+chart-tools:
+	bash deploy/helm/tools.sh
 
 ## lint: rustfmt, clippy (also dlq-sink without S3), no import circles, and `make deny`.
 lint:

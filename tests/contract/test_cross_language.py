@@ -245,6 +245,7 @@ ATTEMPT = {
     "replay_of": {"topic": "deliveries.dlq", "partition": I32_MIN, "offset": I64_MAX},
     "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
     "policy_version": "ladder-v1",
+    "created_at": T0 - 5_000,
 }
 
 ATTEMPT_CANCELLED = {
@@ -262,6 +263,7 @@ ATTEMPT_CANCELLED = {
     "replay_of": None,
     "trace_id": None,
     "policy_version": None,
+    "created_at": None,
 }
 
 SAMPLES = [

@@ -103,6 +103,9 @@ impl AttemptLog {
                 .and_then(trace::trace_id)
                 .map(str::to_owned),
             policy_version: Some(self.policy_version.clone()),
+            // Every record carries it, so `trace` shows the fanned-out step
+            // from whichever of the delivery's records it reads.
+            created_at: Some(d.created_at),
         }
     }
 

@@ -81,6 +81,9 @@ pub(crate) enum FromKafka {
         partition: i32,
     },
     Error(KafkaError),
+    /// What the backlog peeker (`engine/peek.rs`, not a group consumer) found
+    /// at the positions it was asked about: (partition, offset asked, found).
+    Peeked(Vec<(TopicPartition, i64, crate::backlog::Peeked)>),
 }
 
 /// What the engine asks of the polling thread.

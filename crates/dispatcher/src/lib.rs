@@ -11,6 +11,7 @@
 
 mod attempt;
 mod attempt_log;
+mod backlog;
 pub mod config;
 mod consumer;
 mod engine;
@@ -392,6 +393,7 @@ async fn dispatch(
                 .map_err(DispatcherError::Thread)?,
         );
     }
+    let peeker = engine::Peeker::spawn(&config.common, events_tx.downgrade())?;
     drop(events_tx);
     let engine = engine::Engine::new(
         engine::Parts {
@@ -410,6 +412,7 @@ async fn dispatch(
             on_purpose,
             transactor,
             commits: settings.commits.clone(),
+            peeker,
         },
         settings.lanes.clone(),
     )?;

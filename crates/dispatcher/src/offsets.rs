@@ -47,6 +47,13 @@ impl Offsets {
         self.parts.get(&part)?.watermark.committable()
     }
 
+    /// The next offset the partition's consumer fetches: one past the last
+    /// tracked (`None` when nothing is tracked since the assignment or a full
+    /// reset).
+    pub(crate) fn next_to_fetch(&self, part: Part) -> Option<i64> {
+        Some(self.parts.get(&part)?.watermark.last_tracked()? + 1)
+    }
+
     /// For a seek back to `offset`: forgets that offset and every later one (they
     /// are fetched and tracked again), via `PartitionWatermark::reset_to`, so the
     /// committed offset never passes them. Returns how many unfinished were dropped.

@@ -116,6 +116,15 @@ async fn every_attempt_parking_and_dead_lettering_is_logged_in_order() {
         assert_eq!(key, &r.tenant_id, "keyed by tenant");
         assert!(r.policy_version.as_deref().unwrap().starts_with("ladder-"));
     }
+    // Every record dates its delivery's fan-out, for `trace`'s first step.
+    for d in [&d_flaky, &d_missing, &d_gone] {
+        for (_, r) in records
+            .iter()
+            .filter(|(_, r)| r.delivery_id == d.delivery_id)
+        {
+            assert_eq!(r.created_at, Some(d.created_at), "{r:?}");
+        }
+    }
     let of = |id: &str| -> Vec<&AttemptRecord> {
         records
             .iter()

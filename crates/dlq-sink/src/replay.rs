@@ -140,7 +140,7 @@ pub(crate) enum Destination {
     /// Every dead letter's delivery to this topic (`deliveries` or `--to-tier`).
     Fixed(String),
     /// Every quarantined record to its own `source_topic`, if a pipeline input of these topics.
-    SourceTopic(Topics),
+    SourceTopic(Box<Topics>),
 }
 
 /// Why a matching row is not replayed.
@@ -239,7 +239,7 @@ pub async fn run(
     };
     let topics = Topics::with_prefix(&common.topic_prefix)?;
     let destination = match (&args.to_tier, args.source.quarantine) {
-        (_, true) => Destination::SourceTopic(topics),
+        (_, true) => Destination::SourceTopic(Box::new(topics)),
         (Some(tier), false) => Destination::Fixed(
             Topics::new(&common.topic_prefix, &[tier.as_str()])?
                 .retry(tier)

@@ -45,7 +45,7 @@ fn deliveries() -> Destination {
 }
 
 fn to_source() -> Destination {
-    Destination::SourceTopic(Topics::with_prefix("x.").unwrap())
+    Destination::SourceTopic(Box::new(Topics::with_prefix("x.").unwrap()))
 }
 
 fn row_of(kind: Kind, value: &[u8]) -> ArchiveRow {

@@ -1,8 +1,9 @@
 //! `hookline-dlq-sink trace`: the timeline of each matching delivery, from the attempt log
 //! (`deliveries.attempts`, read by assignment like `inspect`) or its archive
-//! (`kind=attempts`): every attempt with its status and duration, the tier it was written to,
-//! parkings, its dead-lettering, and a replay (from the `replay_of` lineage its records
-//! carry). Results on stdout — a table per delivery, or one JSON object per step with
+//! (`kind=attempts`): when it was fanned out (the `created_at` its records carry: fanout
+//! writes no record of its own, so fan-out costs nothing more), every attempt with its status
+//! and duration, the tier it was written to, parkings, its dead-lettering, and a replay (from
+//! the `replay_of` lineage its records carry). Results on stdout — a table per delivery, or one JSON object per step with
 //! `--json` — and a summary on stderr. Read-only.
 //!
 //! Order: a delivery's steps by their time (`at`), ties in the order read (Kafka order within
@@ -65,12 +66,15 @@ pub struct TraceArgs {
     pub archive: Option<String>,
 }
 
-/// One step of a timeline: an attempt record, or a replay seen in the lineage.
+/// One step of a timeline: an attempt record, the fan-out its records date, or a replay
+/// seen in the lineage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
-    /// `attempted`, `parked`, `dead_lettered`, or `replayed` (from `replay_of`).
+    /// `attempted`, `parked`, `dead_lettered`, `fanned_out` (from `created_at`) or
+    /// `replayed` (from `replay_of`).
     pub kind: String,
-    /// The record (for `replayed`: the first record of the replayed delivery).
+    /// The record (for `replayed`: the first record of the replayed delivery; for
+    /// `fanned_out`: the first record carrying `created_at`, with `at` set to it).
     pub record: AttemptRecord,
 }
 
@@ -87,8 +91,19 @@ pub struct Timeline {
 /// `replay_of`.
 pub const REPLAYED: &str = "replayed";
 
+/// `kind` of the first step: fanout made the delivery, at the `created_at` its records carry
+/// (records from dispatchers older than that field have none, and no such step).
+pub const FANNED_OUT: &str = "fanned_out";
+
+/// Whether a step is derived from what records carry, not a record of its own: it has only
+/// the ids and its time.
+fn derived(kind: &str) -> bool {
+    kind == REPLAYED || kind == FANNED_OUT
+}
+
 /// Groups records (in the order read) into timelines, each in time order, with a
-/// `replayed` step before the first record of each new replay lineage.
+/// `fanned_out` step first (at the earliest `created_at` they carry; a replay keeps it, so
+/// there is one) and a `replayed` step before the first record of each new replay lineage.
 pub fn timelines(records: Vec<AttemptRecord>) -> Vec<Timeline> {
     let mut by_delivery: BTreeMap<String, Vec<AttemptRecord>> = BTreeMap::new();
     for r in records {
@@ -102,7 +117,19 @@ pub fn timelines(records: Vec<AttemptRecord>) -> Vec<Timeline> {
         .map(|(delivery_id, mut records)| {
             // Stable: ties keep the order read.
             records.sort_by_key(|r| r.at);
-            let mut steps = Vec::with_capacity(records.len() + 1);
+            let mut steps = Vec::with_capacity(records.len() + 2);
+            let fanned_out = records
+                .iter()
+                .filter_map(|r| Some((r.created_at?, r)))
+                .min_by_key(|(at, _)| *at);
+            if let Some((at, r)) = fanned_out {
+                let mut record = r.clone();
+                record.at = at;
+                steps.push(Step {
+                    kind: FANNED_OUT.to_owned(),
+                    record,
+                });
+            }
             let mut lineage: Option<ReplayOf> = None;
             for r in records {
                 if r.replay_of.is_some() && r.replay_of != lineage {
@@ -207,6 +234,7 @@ fn what(s: &Step) -> String {
     let r = &s.record;
     let to = |t: &Option<String>| t.as_ref().map(|t| format!(" → {t}")).unwrap_or_default();
     match s.kind.as_str() {
+        FANNED_OUT => "fanned out".to_owned(),
         REPLAYED => match &r.replay_of {
             Some(of) => format!("replayed from {}:{}:{}", of.topic, of.partition, of.offset),
             None => REPLAYED.to_owned(),
@@ -234,7 +262,7 @@ fn print_timeline(out: &mut dyn Write, t: &Timeline) -> std::io::Result<()> {
     let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     let body = t.steps.iter().map(|s| {
         let r = &s.record;
-        let replayed = s.kind == REPLAYED;
+        let replayed = derived(&s.kind);
         let attempt_only = |v: Option<String>| if replayed { "-".into() } else { dash(v) };
         [
             rfc3339(r.at),
@@ -263,8 +291,7 @@ fn print_timeline(out: &mut dyn Write, t: &Timeline) -> std::io::Result<()> {
 }
 
 /// One step as JSON: the record's fields, times in RFC 3339, and `step` (its kind, or
-/// `replayed`, which has only the ids, the time of the replay's first record, and
-/// `replay_of`).
+/// `fanned_out` or `replayed`, which have only the ids, their time, and `replay_of`).
 pub fn step_json(s: &Step) -> Value {
     let r = &s.record;
     let mut v = json!({
@@ -280,7 +307,7 @@ pub fn step_json(s: &Step) -> Value {
         })),
         "trace_id": r.trace_id,
     });
-    if s.kind != REPLAYED {
+    if !derived(&s.kind) {
         let fields = json!({
             "outcome": r.outcome,
             "attempt": r.attempt,
@@ -324,6 +351,7 @@ mod tests {
             replay_of: None,
             trace_id: None,
             policy_version: None,
+            created_at: None,
         }
     }
 
@@ -400,6 +428,36 @@ mod tests {
         assert_eq!(replayed["attempt"], Value::Null);
         assert_eq!(replayed["replay_of"]["offset"], 7);
         assert_eq!(step_json(&t[0].steps[2])["attempt"], 1);
+    }
+
+    #[test]
+    fn the_fan_out_comes_first_at_the_earliest_created_at_once_even_across_a_replay() {
+        let mut a1 = rec("a", "attempted", "retried", 1, 20);
+        a1.created_at = Some(12);
+        let mut a2 = rec("a", "attempted", "delivered", 2, 30);
+        a2.created_at = Some(12);
+        a2.replay_of = Some(ReplayOf {
+            topic: "deliveries.dlq".into(),
+            partition: 0,
+            offset: 7,
+        });
+        // From a dispatcher older than the field: no created_at.
+        let old = rec("b", "attempted", "delivered", 1, 5);
+        let t = timelines(vec![a2, a1, old]);
+        let kinds = |t: &Timeline| t.steps.iter().map(|s| s.kind.clone()).collect::<Vec<_>>();
+        assert_eq!(t[0].delivery_id, "b");
+        assert_eq!(kinds(&t[0]), ["attempted"], "nothing to date a fan-out by");
+        assert_eq!(
+            kinds(&t[1]),
+            ["fanned_out", "attempted", "replayed", "attempted"]
+        );
+        let fanned = &t[1].steps[0];
+        assert_eq!(fanned.record.at, 12);
+        assert_eq!(what(fanned), "fanned out");
+        let json = step_json(fanned);
+        assert_eq!(json["step"], "fanned_out");
+        assert_eq!(json["at"], rfc3339(12));
+        assert_eq!(json["attempt"], Value::Null, "not an attempt");
     }
 
     #[test]

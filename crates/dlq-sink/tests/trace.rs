@@ -252,18 +252,24 @@ async fn trace_shows_retries_a_replay_and_a_cancellation_in_order_from_topic_and
     // Data records only (the high watermark counts transaction markers too).
     let total = kafka::read_to_end(&attempts).await.unwrap().len();
 
+    // The fan-out, dated by the created_at every record carries (fanout writes
+    // no record of its own); a replay keeps it, so there is one.
+    let fanned_out = || step("fanned_out", "-", 0, None, "-", "-");
     let flaky_steps = vec![
+        fanned_out(),
         step("attempted", "retried", 1, Some(503), "-", "t1"),
         step("attempted", "retried", 2, Some(503), "t1", "t2"),
         step("attempted", "delivered", 3, Some(204), "t2", "-"),
     ];
     let reject_steps = vec![
+        fanned_out(),
         step("attempted", "rejected", 1, Some(404), "-", "-"),
         step("dead_lettered", "rejected_4xx", 1, Some(404), "-", "-"),
         step("replayed", "-", 0, None, "-", "-"),
         step("attempted", "delivered", 1, Some(204), "-", "-"),
     ];
     let doomed_steps = vec![
+        fanned_out(),
         step("attempted", "retried", 1, Some(503), "-", "t1"),
         step("dead_lettered", "cancelled", 1, None, "t1", "-"),
     ];
@@ -279,13 +285,25 @@ async fn trace_shows_retries_a_replay_and_a_cancellation_in_order_from_topic_and
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(replayed[2]["replay_of"]["topic"], dlq.as_str());
+    assert_eq!(replayed[3]["replay_of"]["topic"], dlq.as_str());
     let from_topic_doomed = trace(&env, &["--event-id", "evt-doomed"]);
     assert_eq!(
         steps(&from_topic_doomed),
         doomed_steps,
         "{from_topic_doomed}"
     );
+    // The fan-out is at the delivery's created_at.
+    for (out, d) in [
+        (&from_topic_flaky, &d_flaky),
+        (&from_topic_reject, &d_reject),
+        (&from_topic_doomed, &d_doomed),
+    ] {
+        let first: Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        let created = chrono::DateTime::<chrono::Utc>::from_timestamp_millis(d.created_at)
+            .unwrap()
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        assert_eq!(first["at"], created.as_str(), "{out}");
+    }
     // Times only ever move forward along a timeline.
     for out in [&from_topic_flaky, &from_topic_reject, &from_topic_doomed] {
         let at: Vec<String> = out
@@ -303,6 +321,7 @@ async fn trace_shows_retries_a_replay_and_a_cancellation_in_order_from_topic_and
     let (code, table, stderr) = env.cli(&["trace", "--tenant", "acme"]);
     assert_eq!(code, 0, "{stderr}");
     for want in [
+        "fanned out",
         "retried → t1",
         "delivered",
         "dead-lettered (rejected_4xx)",

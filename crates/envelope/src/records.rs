@@ -289,6 +289,9 @@ pub struct AttemptRecord {
     /// Retry policy version of the writer.
     #[serde(default)]
     pub policy_version: Option<String>,
+    /// The delivery's `created_at`: when fanout made it (its fanned-out step).
+    #[serde(default)]
+    pub created_at: Option<i64>,
 }
 
 impl AttemptRecord {

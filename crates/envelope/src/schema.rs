@@ -124,6 +124,10 @@ pub const HISTORY: &[(RecordKind, &str)] = &[
         RecordKind::DeadLetter,
         include_str!("../../../schemas/history/dead_letter.b6c7b91f57fc9066.avsc"),
     ),
+    (
+        RecordKind::AttemptRecord,
+        include_str!("../../../schemas/history/attempt_record.ad9f8b89f2f8dfc3.avsc"),
+    ),
 ];
 
 /// Why a schema could not be loaded or registered.

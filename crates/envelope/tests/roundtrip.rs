@@ -74,6 +74,7 @@ fn every_record_round_trips_with_optional_fields_empty() {
     a.replay_of = None;
     a.trace_id = None;
     a.policy_version = None;
+    a.created_at = None;
     assert_round_trip(&a);
 }
 

@@ -9,6 +9,7 @@ pub mod logs;
 pub mod pipeline;
 pub mod receiver;
 pub mod records;
+pub mod scraped;
 pub mod stage;
 
 /// The resident set of this process in KiB (0 where `/proc` has none), for

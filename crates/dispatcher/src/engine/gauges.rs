@@ -1,13 +1,54 @@
 //! The engine's gauges and the partitions it holds on purpose, refreshed every
-//! few ticks from the machine's counts.
+//! few ticks from the machine's counts and, for partitions with records
+//! unfetched behind them, the record at their position (`backlog.rs`): the
+//! oldest-ready and oldest-due ages include a backlog a paused partition hides.
 
 use std::time::{Duration, SystemTime};
 
-use crate::metrics;
+use crate::{backlog::Peeked, consumer::TopicPartition, metrics};
 
 use super::Engine;
 
 impl Engine {
+    /// Every few ticks: peeks at the positions of held partitions not known
+    /// yet and sets the gauges once the answer is in (or at the next refresh,
+    /// whatever came), so a moved position never shows as an empty backlog.
+    pub(super) fn refresh_gauges(&mut self) {
+        let behind = self.machine.unfetched_behind();
+        let machine = &self.machine;
+        let ask = self
+            .backlog
+            .peeks_wanted(&behind, |part| machine.next_to_fetch(part));
+        if !ask.is_empty() && !self.gauges_deferred {
+            let positions: Vec<(TopicPartition, i64)> = ask
+                .iter()
+                .map(|(part, at)| {
+                    let topic = self.topics[usize::from(part.input)].clone();
+                    ((topic, part.partition), *at)
+                })
+                .collect();
+            if self.peeker.ask(positions) {
+                self.backlog.asked(&ask);
+                self.gauges_deferred = true;
+                return;
+            }
+        }
+        self.gauges_deferred = false;
+        self.gauges();
+    }
+
+    /// The peeker's answers; the gauges a refresh deferred are set now.
+    pub(super) fn on_peeked(&mut self, answers: Vec<(TopicPartition, i64, Peeked)>) {
+        for ((topic, partition), at, found) in answers {
+            if let Some(part) = self.machine.part(&topic, partition) {
+                self.backlog.peeked(part, at, found);
+            }
+        }
+        if std::mem::take(&mut self.gauges_deferred) {
+            self.gauges();
+        }
+    }
+
     /// Tells each consumer's watch which of its partitions are held on
     /// purpose (backpressure, a head not yet due, a rewind): their lag is
     /// expected, not a stall.
@@ -24,7 +65,14 @@ impl Engine {
 
     pub(super) fn gauges(&self) {
         let now = SystemTime::now();
-        let counts = self.machine.counts(now);
+        let mut counts = self.machine.counts(now);
+        let machine = &self.machine;
+        self.backlog.fold(
+            |part| machine.next_to_fetch(part),
+            self.machine.inputs(),
+            &mut counts,
+            now,
+        );
         let age = |t: Option<SystemTime>| {
             t.map_or(Duration::ZERO, |t| {
                 now.duration_since(t).unwrap_or_default()

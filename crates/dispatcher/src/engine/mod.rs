@@ -22,6 +22,7 @@ mod commit;
 mod disable;
 mod gauges;
 mod lanes;
+mod peek;
 mod rebalance;
 
 use std::{collections::HashMap, sync::Arc, time::Duration, time::SystemTime};
@@ -145,7 +146,14 @@ pub(crate) struct Engine {
     /// Overflow lanes in use, and the `deliveries` input they follow.
     lane_count: usize,
     lane_source: Option<u16>,
+    /// The unfetched heads of held partitions, for the gauges (`gauges.rs`).
+    backlog: crate::backlog::Backlog,
+    peeker: peek::Peeker,
+    /// The last refresh waited for the peeker's answer to set the gauges.
+    gauges_deferred: bool,
 }
+
+pub(crate) use peek::Peeker;
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -174,6 +182,7 @@ pub(crate) struct Parts {
     pub on_purpose: Vec<HeldPartitions>,
     pub transactor: Transactor,
     pub commits: CommitSettings,
+    pub peeker: Peeker,
 }
 
 impl Engine {
@@ -208,6 +217,9 @@ impl Engine {
             on_purpose: p.on_purpose,
             commits: commit::Commits::new(p.transactor, &p.commits),
             ticks: 0,
+            backlog: crate::backlog::Backlog::default(),
+            peeker: p.peeker,
+            gauges_deferred: false,
         })
     }
 
@@ -295,6 +307,7 @@ impl Engine {
                 self.machine.lane_eof(Part { input, partition });
             }
             FromKafka::Error(error) => events::ConsumerError { error: &error }.emit(),
+            FromKafka::Peeked(answers) => self.on_peeked(answers),
         }
     }
 
@@ -649,7 +662,7 @@ impl Engine {
         self.machine.observe_backlog(SystemTime::now());
         self.ticks += 1;
         if self.ticks % GAUGE_TICKS == 0 {
-            self.gauges();
+            self.refresh_gauges();
             self.overflow_gauges();
             self.publish_capacity();
             self.publish_held();

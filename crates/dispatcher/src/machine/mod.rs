@@ -835,6 +835,32 @@ impl Machine {
         self.gate.held()
     }
 
+    /// Partitions held with ready records left unfetched — a full buffer share
+    /// or too many pending writes; not a head not yet due, nor a rewind — and
+    /// the next offset each fetches: [`counts`](Self::counts) cannot see those
+    /// records, so the engine peeks at that offset (`backlog.rs`).
+    pub(crate) fn unfetched_behind(&self) -> Vec<(Part, i64)> {
+        use gate::Hold;
+        self.gate
+            .held()
+            .filter(|p| {
+                (self.gate.holds(*p, Hold::Buffer) || self.gate.holds(*p, Hold::Writes))
+                    && !self.gate.holds(*p, Hold::NotDue)
+                    && !self.gate.holds(*p, Hold::Rewinding)
+            })
+            .filter_map(|p| Some((p, self.next_to_fetch(p)?)))
+            .collect()
+    }
+
+    /// The next offset an assigned partition fetches (one past the last record
+    /// it handed the machine), if it has handed any since its assignment.
+    pub(crate) fn next_to_fetch(&self, part: Part) -> Option<i64> {
+        if !self.gate.is_assigned(part) {
+            return None;
+        }
+        self.offsets.next_to_fetch(part)
+    }
+
     /// Per input (indexed like the inputs), what waits and since when.
     pub(crate) fn counts(&self, now: SystemTime) -> Vec<InputCounts> {
         let mut counts = vec![InputCounts::default(); self.inputs.len()];

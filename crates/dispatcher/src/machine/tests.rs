@@ -951,3 +951,31 @@ fn a_revoke_drops_held_heads_unfinished() {
     assert!(m.lanes().is_idle(), "its slot is freed, nothing queued");
     assert_eq!(m.next_wakeup(), None);
 }
+
+/// What the gauges peek at (`backlog.rs`): a partition held for its full
+/// buffer, at the offset it fetches next; not one held until its head is due,
+/// nor one that fetches.
+#[test]
+fn a_partition_held_for_its_buffer_is_behind_at_its_next_offset_a_head_not_due_is_not() {
+    let dir = Dir::with(&[("s", 4, true)]);
+    let mut m = machine(4);
+    for offset in 10..14 {
+        push(&mut m, D, offset, &delivery("s", t(0)), t(0), &dir);
+    }
+    push(&mut m, R, 3, &delivery("s", t(10_000)), t(0), &dir);
+    gates(&mut m);
+    assert_eq!(m.unfetched_behind(), vec![(D, 14)]);
+    assert_eq!((m.next_to_fetch(D), m.next_to_fetch(R)), (Some(14), None));
+    // Started, all four still buffered: still behind.
+    assert_eq!(start(&mut m, t(0), &dir).len(), 4);
+    assert_eq!(m.unfetched_behind(), vec![(D, 14)]);
+    for offset in 10..14 {
+        m.complete((D, offset), Finished::Durable);
+    }
+    m.on_tick();
+    assert_eq!(gates(&mut m), vec![GateAction::Resume(D)]);
+    assert!(m.unfetched_behind().is_empty(), "fetching again");
+    assert_eq!(m.next_to_fetch(D), Some(14));
+    m.revoke(&[D]);
+    assert_eq!(m.next_to_fetch(D), None, "not assigned");
+}

@@ -128,12 +128,13 @@ prop_compose! {
         detail in option::of(text()), tiers in (option::of(text()), option::of(text())),
         next_due_at in option::of(any::<i64>()), replay_of in option::of(replay_of()),
         trace_id in option::of(text()), policy_version in option::of(text()),
+        created_at in option::of(any::<i64>()),
     ) -> AttemptRecord {
         let [delivery_id, event_id, tenant_id, subscription_id, event_type] = ids;
         AttemptRecord {
             delivery_id, event_id, tenant_id, subscription_id, event_type, kind, outcome,
             attempt, at, duration_ms, classification, status, detail, from_tier: tiers.0,
-            tier: tiers.1, next_due_at, replay_of, trace_id, policy_version,
+            tier: tiers.1, next_due_at, replay_of, trace_id, policy_version, created_at,
         }
     }
 }
@@ -257,5 +258,6 @@ pub fn sample_attempt() -> AttemptRecord {
         }),
         trace_id: Some("4bf92f3577b34da6a3ce929d0e0e4736".into()),
         policy_version: Some("ladder-v1".into()),
+        created_at: Some(1_700_000_000_000),
     }
 }
