@@ -32,6 +32,9 @@ fn caps(global: u32, tenant: u32, retry_pct: u8) -> LaneLimits {
         partition_bytes: 1 << 30,
         total_records: 1 << 20,
         total_bytes: 1 << 30,
+        retry_total_records: 1 << 20,
+        retry_total_bytes: 1 << 30,
+        tenant_weights: TenantWeights::NONE,
     }
 }
 
@@ -187,7 +190,8 @@ fn caps_table() {
                 ("a", "t", false, 5),
                 ("c", "u", false, 5),
             ],
-            vec![("a", 0), ("b", 1), ("c", 3)],
+            // Tenants take turns (t, u, t), then t's lanes in turn (a, b).
+            vec![("a", 0), ("c", 3), ("b", 1)],
         ),
         (
             "retry share: 4 × 50 % = 2 retry slots, first attempts unaffected",
