@@ -11,24 +11,12 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
+use super::tests::job;
 use super::*;
 use crate::fair::{MIN_WEIGHT, QUANTUM};
 
 fn at_us(us: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_micros(us)
-}
-
-fn job(partition: u8, offset: i64, sub: &str, tenant: &str, retry: bool, bytes: usize) -> Job<u8> {
-    Job {
-        partition,
-        offset,
-        lane: LaneKey {
-            subscription_id: sub.to_owned(),
-        },
-        tenant_id: tenant.to_owned(),
-        retry,
-        bytes,
-    }
 }
 
 fn limits(slots: u32, weights: &[(&str, f64)]) -> LaneLimits {

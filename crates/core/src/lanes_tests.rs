@@ -9,7 +9,15 @@ fn at(ms: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-fn job(partition: u8, offset: i64, sub: &str, tenant: &str, retry: bool, bytes: usize) -> Job<u8> {
+/// A job of `bytes` for `sub` of `tenant` (shared with the sibling test modules).
+pub(super) fn job(
+    partition: u8,
+    offset: i64,
+    sub: &str,
+    tenant: &str,
+    retry: bool,
+    bytes: usize,
+) -> Job<u8> {
     Job {
         partition,
         offset,
