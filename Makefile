@@ -108,7 +108,7 @@ fmt:
 demo:
 	$(CARGO) run -q -p hookline-demo --
 
-## bench: named scenarios on real Kafka with the release binaries (about 5 minutes);
+## bench: named scenarios on real Kafka with the release binaries (about 8 minutes);
 ## `make bench SCENARIOS=latency` runs one; BENCH_* variables are in the README.
 SCENARIOS ?=
 bench: kafka-fetch

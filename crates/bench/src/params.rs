@@ -53,10 +53,10 @@ impl Params {
             tenants: env("BENCH_TENANTS")?.unwrap_or(20usize).max(1),
             backlog: env("BENCH_BACKLOG")?.unwrap_or(20_000usize).max(100),
             rate: env("BENCH_RATE")?,
-            slow_ms: env("BENCH_SLOW_MS")?.unwrap_or(200u64),
+            slow_ms: env("BENCH_SLOW_MS")?.unwrap_or(20u64),
             // About as many as the whale's 32 slots drain in BENCH_SECONDS at
             // 200 ms each: thousands.
-            whale_deliveries: env("BENCH_WHALE_DELIVERIES")?.unwrap_or(150 * seconds as usize),
+            whale_deliveries: env("BENCH_WHALE_DELIVERIES")?.unwrap_or(100_000),
             small_rate: env("BENCH_SMALL_RATE")?.unwrap_or(20.0f64),
             retry_endpoints: env("BENCH_RETRY_ENDPOINTS")?.unwrap_or(100usize).max(1),
             retry_fails: env("BENCH_RETRY_FAILS")?.unwrap_or(3u32),

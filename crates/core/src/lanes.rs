@@ -1,8 +1,16 @@
 //! The dispatcher's fair scheduler: a record starts only when every cap allows it
 //! (subscription `max_in_flight`, tenant, global, retry share), each lane starts its
-//! records in push order, lanes take turns round-robin so a big lane never starves a
-//! small one, and buffering is bounded by backpressure — never by dropping: every
+//! records in push order, tenants take turns by deficit round robin charged in
+//! worker-seconds (the time each attempt held a slot, over the tenant's weight; see
+//! [`crate::fair`]) so a tenant with slow or many attempts never starves one with
+//! few, and buffering is bounded by backpressure — never by dropping: every
 //! pushed record is started, or returned by [`Lanes::drop_partition`], exactly once.
+//!
+//! Buffering has two budgets: first attempts (`deliveries`, `deliveries.strict`)
+//! count against `total_records`/`total_bytes`, retries (the tiers) against
+//! `retry_total_records`/`retry_total_bytes`. A partition is paused by its own
+//! limits or its class's totals only, so no volume of due retries pauses a
+//! first-attempt partition, and no first-attempt flood pauses a tier.
 //!
 //! Lanes are keyed by subscription *and* by first-attempt/retry: a subscription has
 //! up to two FIFO lanes sharing its `max_in_flight`. Keeping retries in their own lane
@@ -24,6 +32,7 @@
 use std::collections::{hash_map::Entry, BTreeMap, HashMap, VecDeque};
 use std::time::SystemTime;
 
+use crate::fair::{Decayed, SubscriptionUsage, TenantUsage, TenantWeights, Usage, QUANTUM};
 use crate::rate::{RateLimit, TokenBucket};
 
 /// Identifies a lane: the subscription whose records it holds.
@@ -80,7 +89,7 @@ impl LaneSettings {
     }
 }
 
-/// Caps and buffer bounds. Buffered = queued + in flight (memory held).
+/// Caps, buffer bounds and tenant weights. Buffered = queued + in flight (memory held).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LaneLimits {
     pub global_in_flight: u32,
@@ -89,8 +98,14 @@ pub struct LaneLimits {
     pub retry_share_percent: u8,
     pub partition_records: usize,
     pub partition_bytes: usize,
+    /// First attempts' budget: records held from non-retry partitions in all.
     pub total_records: usize,
     pub total_bytes: usize,
+    /// Retries' budget: records held from retry-tier partitions in all.
+    pub retry_total_records: usize,
+    pub retry_total_bytes: usize,
+    /// Deficit round robin weights per tenant (default 1).
+    pub tenant_weights: TenantWeights,
 }
 
 impl Default for LaneLimits {
@@ -111,7 +126,19 @@ impl LaneLimits {
         partition_bytes: 32 << 20,
         total_records: 50_000,
         total_bytes: 256 << 20,
+        retry_total_records: 20_000,
+        retry_total_bytes: 128 << 20,
+        tenant_weights: TenantWeights::NONE,
     };
+
+    /// (records, bytes): the totals of retries' budget (`retry`) or first attempts'.
+    pub fn class_totals(&self, retry: bool) -> (usize, usize) {
+        if retry {
+            (self.retry_total_records, self.retry_total_bytes)
+        } else {
+            (self.total_records, self.total_bytes)
+        }
+    }
 
     /// Slots retries may occupy: `ceil(global × share)`, at least 1.
     pub fn retry_slots(&self) -> u32 {
@@ -128,6 +155,8 @@ impl LaneLimits {
             ("partition_bytes", self.partition_bytes),
             ("total_records", self.total_records),
             ("total_bytes", self.total_bytes),
+            ("retry_total_records", self.retry_total_records),
+            ("retry_total_bytes", self.retry_total_bytes),
         ];
         if let Some((field, _)) = positive.iter().find(|(_, v)| *v == 0) {
             return Err(LaneError::InvalidLimit {
@@ -139,6 +168,12 @@ impl LaneLimits {
             return Err(LaneError::InvalidLimit {
                 field: "retry_share_percent",
                 requirement: "between 1 and 100",
+            });
+        }
+        if !self.tenant_weights.valid() {
+            return Err(LaneError::InvalidLimit {
+                field: "tenant_weights",
+                requirement: "each between 0.01 and 100",
             });
         }
         Ok(())
@@ -161,11 +196,31 @@ pub enum LaneError {
 /// (subscription, is_retry): one FIFO lane.
 type LaneId = (LaneKey, bool);
 
+/// One FIFO lane, in the round robin of the tenant of the record that opened it.
+#[derive(Debug)]
+struct Lane<P> {
+    queue: VecDeque<Started<P>>,
+}
+
 #[derive(Debug, Default)]
 struct SubState {
     in_flight: u32,
     max_in_flight: u32,
     queued: usize,
+    /// The tenant of its latest pushed record (for [`Lanes::usage`]).
+    tenant: String,
+}
+
+/// A tenant's deficit round robin account; kept while it has queued lanes or
+/// records in flight (their charges are still to come).
+#[derive(Debug)]
+struct Account {
+    /// Worker-seconds it may still start against; it starts only while positive.
+    deficit: f64,
+    /// `QUANTUM × weight`, in seconds: its credit per round and its credit cap.
+    quantum: f64,
+    /// Round-robin order of its non-empty lanes.
+    lanes: VecDeque<LaneId>,
 }
 
 #[derive(Debug, Default)]
@@ -177,6 +232,8 @@ struct PartitionState {
     bytes: usize,
     /// We asked the consumer to pause it and have not yet said resume.
     paused: bool,
+    /// A retry-tier partition (its records count against the retry budget).
+    retry: bool,
 }
 
 #[derive(Debug)]
@@ -184,6 +241,15 @@ struct InFlight {
     subscription: String,
     tenant: String,
     retry: bool,
+    bytes: usize,
+    /// Up to when its slot time has been charged (from its start).
+    charged_until: SystemTime,
+}
+
+/// Records and bytes held by one class (first attempts or retries).
+#[derive(Debug, Default, Clone, Copy)]
+struct Held {
+    records: usize,
     bytes: usize,
 }
 
@@ -193,16 +259,18 @@ struct InFlight {
 pub struct Lanes<P> {
     limits: LaneLimits,
     retry_slots: u32,
-    lanes: HashMap<LaneId, VecDeque<Started<P>>>,
-    /// Round-robin order of the non-empty lanes: exactly the keys of `lanes`.
-    ring: VecDeque<LaneId>,
+    lanes: HashMap<LaneId, Lane<P>>,
+    /// Round-robin order of the tenants with queued lanes: exactly the accounts
+    /// whose `lanes` is non-empty.
+    ring: VecDeque<String>,
+    accounts: HashMap<String, Account>,
     subs: HashMap<String, SubState>,
     tenants: HashMap<String, u32>,
     partitions: BTreeMap<P, PartitionState>,
     in_flight: BTreeMap<(P, i64), InFlight>,
     retry_in_flight: u32,
-    held_records: usize,
-    held_bytes: usize,
+    /// Held per class: `[first attempts, retries]`.
+    held: [Held; 2],
     /// Rate-limited subscriptions' buckets. A bucket outlives its subscription's
     /// records until it is full again, so draining a lane never grants a new burst.
     buckets: HashMap<String, TokenBucket>,
@@ -211,6 +279,15 @@ pub struct Lanes<P> {
     /// Lanes whose head was given back by [`defer`](Self::defer): the head's
     /// (partition, offset) and the time before which it may not start.
     deferred: HashMap<LaneId, (P, i64, SystemTime)>,
+    /// Decayed worker-seconds charged per tenant and per subscription.
+    tenant_usage: HashMap<String, Decayed>,
+    sub_usage: HashMap<String, Decayed>,
+    /// Usage maps are swept of spent entries when they grow past this.
+    usage_sweep_at: usize,
+}
+
+fn class(retry: bool) -> usize {
+    usize::from(retry)
 }
 
 impl<P: Ord + Clone> Lanes<P> {
@@ -221,16 +298,19 @@ impl<P: Ord + Clone> Lanes<P> {
             limits,
             lanes: HashMap::new(),
             ring: VecDeque::new(),
+            accounts: HashMap::new(),
             subs: HashMap::new(),
             tenants: HashMap::new(),
             partitions: BTreeMap::new(),
             in_flight: BTreeMap::new(),
             retry_in_flight: 0,
-            held_records: 0,
-            held_bytes: 0,
+            held: [Held::default(); 2],
             buckets: HashMap::new(),
             clock: None,
             deferred: HashMap::new(),
+            tenant_usage: HashMap::new(),
+            sub_usage: HashMap::new(),
+            usage_sweep_at: 64,
         })
     }
 
@@ -250,8 +330,9 @@ impl<P: Ord + Clone> Lanes<P> {
 
     /// Buffers a fetched record; always accepted (never dropped). `settings` are the
     /// subscription's current caps; the latest push sets them. Returns `Pause`
-    /// while the partition is over its share — at or above a partition or total
-    /// limit — until [`take_resumable`](Self::take_resumable) releases it.
+    /// while the partition is over its share — at or above a partition limit or
+    /// its class's total (first attempts' or retries') — until
+    /// [`take_resumable`](Self::take_resumable) releases it.
     pub fn push_with(
         &mut self,
         job: Job<P>,
@@ -269,17 +350,25 @@ impl<P: Ord + Clone> Lanes<P> {
         {
             return Err(LaneError::Duplicate { offset: job.offset });
         }
-        let part = self.partitions.entry(job.partition.clone()).or_default();
+        let part = self
+            .partitions
+            .entry(job.partition.clone())
+            .or_insert_with(|| PartitionState {
+                retry: job.retry,
+                ..PartitionState::default()
+            });
         part.queued.insert(job.offset, now);
         part.records += 1;
         part.bytes += job.bytes;
-        self.held_records += 1;
-        self.held_bytes += job.bytes;
+        let held = &mut self.held[class(part.retry)];
+        held.records += 1;
+        held.bytes += job.bytes;
         let limits = &self.limits;
+        let (total_records, total_bytes) = limits.class_totals(part.retry);
         if part.records >= limits.partition_records
             || part.bytes >= limits.partition_bytes
-            || self.held_records >= limits.total_records
-            || self.held_bytes >= limits.total_bytes
+            || held.records >= total_records
+            || held.bytes >= total_bytes
         {
             part.paused = true;
         }
@@ -295,6 +384,9 @@ impl<P: Ord + Clone> Lanes<P> {
             .or_default();
         sub.max_in_flight = settings.max_in_flight.max(1);
         sub.queued += 1;
+        if sub.tenant != job.tenant_id {
+            sub.tenant.clone_from(&job.tenant_id);
+        }
         match settings.rate_per_s.and_then(RateLimit::per_second) {
             Some(limit) => match self.buckets.entry(job.lane.subscription_id.clone()) {
                 Entry::Occupied(mut b) => b.get_mut().set_limit(limit),
@@ -312,14 +404,43 @@ impl<P: Ord + Clone> Lanes<P> {
             job,
             enqueued_at: now,
         };
+        self.enqueue(id, entry, false);
+        Ok(flow)
+    }
+
+    /// Puts `entry` at the back (or, `front`, the front) of lane `id`, opening
+    /// the lane in its tenant's round robin (and the tenant in the ring) if new.
+    fn enqueue(&mut self, id: LaneId, entry: Started<P>, front: bool) {
         match self.lanes.entry(id) {
-            Entry::Occupied(mut lane) => lane.get_mut().push_back(entry),
+            Entry::Occupied(mut lane) => {
+                let queue = &mut lane.get_mut().queue;
+                if front {
+                    queue.push_front(entry);
+                } else {
+                    queue.push_back(entry);
+                }
+            }
             Entry::Vacant(slot) => {
-                self.ring.push_back(slot.key().clone());
-                slot.insert(VecDeque::from([entry]));
+                let tenant = entry.job.tenant_id.clone();
+                let id = slot.key().clone();
+                slot.insert(Lane {
+                    queue: VecDeque::from([entry]),
+                });
+                let account = self.accounts.entry(tenant.clone()).or_insert_with(|| {
+                    let quantum =
+                        QUANTUM.as_secs_f64() * self.limits.tenant_weights.weight(&tenant);
+                    Account {
+                        deficit: quantum,
+                        quantum,
+                        lanes: VecDeque::new(),
+                    }
+                });
+                if account.lanes.is_empty() {
+                    self.ring.push_back(tenant);
+                }
+                account.lanes.push_back(id);
             }
         }
-        Ok(flow)
     }
 
     /// [`pop_ready_at`](Self::pop_ready_at) at the latest time passed in so far
@@ -329,27 +450,63 @@ impl<P: Ord + Clone> Lanes<P> {
         self.pop_ready_at(now)
     }
 
-    /// Starts the head of the first lane, in round-robin order, that every cap and
-    /// its subscription's rate limit allow at `now`; that lane then goes to the back
-    /// of the order. `None` when nothing queued may start now (call again after a
-    /// push, a completion or at [`next_rate_wakeup`](Self::next_rate_wakeup)).
+    /// Starts the head of a lane that every cap and its subscription's rate limit
+    /// allow at `now`: of the first tenant, in round-robin order, with credit
+    /// (a positive deficit) and such a lane, the first such lane in its own
+    /// round robin; that lane and that tenant then go to the back of their
+    /// orders. When only tenants without credit could start, every tenant with
+    /// queued lanes is credited rounds of its quantum until one of them may
+    /// (see [`crate::fair`]). `None` when nothing queued may start now (call
+    /// again after a push, a completion or at
+    /// [`next_rate_wakeup`](Self::next_rate_wakeup)).
+    ///
+    /// Cost: tenants at their tenant cap are skipped without looking at their
+    /// lanes; otherwise O(tenants + lanes looked at).
     pub fn pop_ready_at(&mut self, now: SystemTime) -> Option<Started<P>> {
         let now = self.tick(now);
         if self.in_flight.len() >= self.limits.global_in_flight as usize {
             return None;
         }
-        let index = self
+        let (tenant_index, lane_index) = match self.find_start(now, true) {
+            Some(found) => found,
+            None => {
+                let rounds = self.rounds_to_credit(now)?;
+                for account in self.accounts.values_mut() {
+                    if !account.lanes.is_empty() {
+                        account.deficit =
+                            (account.deficit + rounds * account.quantum).min(account.quantum);
+                    }
+                }
+                // Rounding can leave the one credited at exactly zero: start it anyway.
+                self.find_start(now, true)
+                    .or_else(|| self.find_start(now, false))?
+            }
+        };
+        let tenant = self
             .ring
-            .iter()
-            .position(|id| self.head_can_start(id, now))?;
-        let id = self.ring.remove(index).expect("index from position");
-        let lane = self.lanes.get_mut(&id).expect("ring and lanes agree");
-        let started = lane.pop_front().expect("lanes in the ring are non-empty");
+            .remove(tenant_index)
+            .expect("index from find_start");
+        let account = self
+            .accounts
+            .get_mut(&tenant)
+            .expect("ring and accounts agree");
+        let id = account
+            .lanes
+            .remove(lane_index)
+            .expect("index from find_start");
+        let lane = self.lanes.get_mut(&id).expect("accounts and lanes agree");
+        let started = lane
+            .queue
+            .pop_front()
+            .expect("lanes in a ring are non-empty");
         self.deferred.remove(&id);
-        if lane.is_empty() {
+        if lane.queue.is_empty() {
             self.lanes.remove(&id);
         } else {
-            self.ring.push_back(id);
+            account.lanes.push_back(id);
+        }
+        if !account.lanes.is_empty() {
+            self.ring.push_back(tenant);
         }
 
         let job = &started.job;
@@ -377,9 +534,49 @@ impl<P: Ord + Clone> Lanes<P> {
                 tenant: job.tenant_id.clone(),
                 retry: job.retry,
                 bytes: job.bytes,
+                charged_until: now,
             },
         );
         Some(started)
+    }
+
+    /// (ring index, lane index in its account) of the first tenant — with
+    /// credit, when `credited` — having a lane whose head may start now.
+    fn find_start(&self, now: SystemTime, credited: bool) -> Option<(usize, usize)> {
+        self.ring.iter().enumerate().find_map(|(t, tenant)| {
+            let account = self.accounts.get(tenant)?;
+            if credited && account.deficit <= 0.0 {
+                return None;
+            }
+            self.first_startable(tenant, account, now).map(|l| (t, l))
+        })
+    }
+
+    fn first_startable(&self, tenant: &str, account: &Account, now: SystemTime) -> Option<usize> {
+        // A tenant at its cap is skipped whole, in O(1). (A lane's records are of
+        // the tenant that opened it, unless its subscription moved to another
+        // tenant meanwhile; such a head waits for the old tenant to drop below
+        // its cap, which its in-flight completions bring.)
+        if self.tenant_in_flight(tenant) >= self.limits.tenant_in_flight {
+            return None;
+        }
+        account
+            .lanes
+            .iter()
+            .position(|id| self.head_can_start(id, now))
+    }
+
+    /// How many rounds of credit make the first tenant that could start (all
+    /// of them in debt) creditworthy; `None` when no tenant could start.
+    fn rounds_to_credit(&self, now: SystemTime) -> Option<f64> {
+        self.ring
+            .iter()
+            .filter_map(|tenant| {
+                let account = self.accounts.get(tenant)?;
+                self.first_startable(tenant, account, now)?;
+                Some((-account.deficit / account.quantum).floor() + 1.0)
+            })
+            .reduce(f64::min)
     }
 
     /// Advances the clock to `now` unless it is behind; returns the clock. Forgets
@@ -394,7 +591,7 @@ impl<P: Ord + Clone> Lanes<P> {
     }
 
     fn head_can_start(&self, id: &LaneId, now: SystemTime) -> bool {
-        let Some(head) = self.lanes.get(id).and_then(VecDeque::front) else {
+        let Some(head) = self.lanes.get(id).and_then(|l| l.queue.front()) else {
             return false;
         };
         let job = &head.job;
@@ -437,7 +634,7 @@ impl<P: Ord + Clone> Lanes<P> {
             .filter(|(id, (partition, offset, _))| {
                 self.lanes
                     .get(*id)
-                    .and_then(VecDeque::front)
+                    .and_then(|l| l.queue.front())
                     .is_some_and(|h| h.job.partition == *partition && h.job.offset == *offset)
             })
             .map(|(_, (_, _, t))| *t)
@@ -445,8 +642,77 @@ impl<P: Ord + Clone> Lanes<P> {
             .min()
     }
 
+    /// Charges a started job's tenant (and subscription) for the time it has held
+    /// its slot up to `now`: the engine calls it when the attempt ends, just before
+    /// the slot is freed. [`complete`](Self::complete) and [`defer`](Self::defer)
+    /// charge whatever is left up to the latest time the lanes were given, so a
+    /// job is charged once for its whole slot time, and at least for what the
+    /// lanes saw pass. Time going backwards charges nothing.
+    pub fn charge(&mut self, started: &Started<P>, now: SystemTime) -> Result<(), LaneError> {
+        let offset = started.job.offset;
+        let info = self
+            .in_flight
+            .get_mut(&(started.job.partition.clone(), offset))
+            .ok_or(LaneError::NotInFlight { offset })?;
+        let Ok(held) = now.duration_since(info.charged_until) else {
+            return Ok(());
+        };
+        info.charged_until = now;
+        let (tenant, sub) = (info.tenant.clone(), info.subscription.clone());
+        self.bill(&tenant, &sub, held.as_secs_f64(), now);
+        Ok(())
+    }
+
+    /// Charges what is left of a job leaving its slot, up to the lanes' clock.
+    fn settle(&mut self, info: &InFlight) {
+        let Some(now) = self.clock else { return };
+        if let Ok(held) = now.duration_since(info.charged_until) {
+            self.bill(&info.tenant, &info.subscription, held.as_secs_f64(), now);
+        }
+    }
+
+    fn bill(&mut self, tenant: &str, sub: &str, seconds: f64, now: SystemTime) {
+        if seconds <= 0.0 {
+            return;
+        }
+        if let Some(account) = self.accounts.get_mut(tenant) {
+            account.deficit -= seconds;
+        }
+        self.tenant_usage
+            .entry(tenant.to_owned())
+            .or_insert_with(|| Decayed::new(now))
+            .add(seconds, now);
+        self.sub_usage
+            .entry(sub.to_owned())
+            .or_insert_with(|| Decayed::new(now))
+            .add(seconds, now);
+        let len = self.tenant_usage.len().max(self.sub_usage.len());
+        if len > self.usage_sweep_at {
+            // Forget what has decayed below a millisecond (amortised O(1)).
+            let spent = |d: &Decayed| d.at(now) < 1e-3;
+            self.tenant_usage.retain(|_, d| !spent(d));
+            self.sub_usage.retain(|_, d| !spent(d));
+            let len = self.tenant_usage.len().max(self.sub_usage.len());
+            self.usage_sweep_at = (len * 2).max(64);
+        }
+    }
+
+    /// Drops the account of a tenant with nothing queued and nothing in flight
+    /// (its debt or credit is forgotten: it comes back with one quantum).
+    fn forget_idle_account(&mut self, tenant: &str) {
+        if self
+            .accounts
+            .get(tenant)
+            .is_some_and(|a| a.lanes.is_empty())
+            && !self.tenants.contains_key(tenant)
+        {
+            self.accounts.remove(tenant);
+        }
+    }
+
     /// Gives a started job back to the front of its lane, not to start before
-    /// `not_before`: its subscription, tenant, retry and global slots are freed,
+    /// `not_before`: its subscription, tenant, retry and global slots are freed
+    /// (and its slot time charged as by [`complete`](Self::complete)),
     /// its buffer share stays held, and the records behind it in its lane wait
     /// behind it (whatever their subscription's `max_in_flight`, they start only
     /// after it, since a lane starts in order). It starts again through
@@ -458,6 +724,7 @@ impl<P: Ord + Clone> Lanes<P> {
             .in_flight
             .remove(&key)
             .ok_or(LaneError::NotInFlight { offset })?;
+        self.settle(&info);
         let sub = self.subs.entry(info.subscription.clone()).or_default();
         sub.in_flight = sub.in_flight.saturating_sub(1);
         sub.queued += 1;
@@ -479,13 +746,8 @@ impl<P: Ord + Clone> Lanes<P> {
         let id = (started.job.lane.clone(), started.job.retry);
         self.deferred
             .insert(id.clone(), (key.0, offset, not_before));
-        match self.lanes.entry(id) {
-            Entry::Occupied(mut lane) => lane.get_mut().push_front(started),
-            Entry::Vacant(slot) => {
-                self.ring.push_back(slot.key().clone());
-                slot.insert(VecDeque::from([started]));
-            }
-        }
+        self.enqueue(id, started, true);
+        self.forget_idle_account(&info.tenant);
         Ok(())
     }
 
@@ -502,14 +764,17 @@ impl<P: Ord + Clone> Lanes<P> {
         })
     }
 
-    /// Frees the slots of a started job (whatever its outcome). Caps and buffer
-    /// accounting use what was recorded at start, not the fields passed back.
+    /// Frees the slots of a started job (whatever its outcome) and charges its
+    /// slot time not yet charged by [`charge`](Self::charge), up to the latest
+    /// time the lanes were given. Caps and buffer accounting use what was
+    /// recorded at start, not the fields passed back.
     pub fn complete(&mut self, started: &Started<P>) -> Result<(), LaneError> {
         let offset = started.job.offset;
         let info = self
             .in_flight
             .remove(&(started.job.partition.clone(), offset))
             .ok_or(LaneError::NotInFlight { offset })?;
+        self.settle(&info);
         if let Some(sub) = self.subs.get_mut(&info.subscription) {
             sub.in_flight -= 1;
             if sub.in_flight == 0 && sub.queued == 0 {
@@ -525,6 +790,7 @@ impl<P: Ord + Clone> Lanes<P> {
         if info.retry {
             self.retry_in_flight -= 1;
         }
+        self.forget_idle_account(&info.tenant);
         self.release(&started.job.partition, 1, info.bytes);
         Ok(())
     }
@@ -539,8 +805,8 @@ impl<P: Ord + Clone> Lanes<P> {
         part.paused = false;
         let offsets: Vec<i64> = std::mem::take(&mut part.queued).into_keys().collect();
         let mut bytes = 0;
-        for queue in self.lanes.values_mut() {
-            queue.retain(|s| {
+        for lane in self.lanes.values_mut() {
+            lane.queue.retain(|s| {
                 if s.job.partition != *partition {
                     return true;
                 }
@@ -551,9 +817,17 @@ impl<P: Ord + Clone> Lanes<P> {
                 false
             });
         }
-        self.lanes.retain(|_, queue| !queue.is_empty());
+        self.lanes.retain(|_, lane| !lane.queue.is_empty());
         let lanes = &self.lanes;
-        self.ring.retain(|id| lanes.contains_key(id));
+        for account in self.accounts.values_mut() {
+            account.lanes.retain(|id| lanes.contains_key(id));
+        }
+        let accounts = &self.accounts;
+        self.ring
+            .retain(|t| accounts.get(t).is_some_and(|a| !a.lanes.is_empty()));
+        let tenants = &self.tenants;
+        self.accounts
+            .retain(|t, a| !a.lanes.is_empty() || tenants.contains_key(t));
         self.deferred.retain(|_, (p, _, _)| p != partition);
         self.subs.retain(|_, s| s.queued > 0 || s.in_flight > 0);
         self.release(partition, offsets.len(), bytes);
@@ -571,12 +845,12 @@ impl<P: Ord + Clone> Lanes<P> {
             },
             false,
         );
-        let Some(queue) = self.lanes.get_mut(&id) else {
+        let Some(lane) = self.lanes.get_mut(&id) else {
             return Vec::new();
         };
         let mut offsets = Vec::new();
         let mut bytes = 0;
-        queue.retain(|s| {
+        lane.queue.retain(|s| {
             if s.job.partition != *partition {
                 return true;
             }
@@ -584,9 +858,17 @@ impl<P: Ord + Clone> Lanes<P> {
             bytes += s.job.bytes;
             false
         });
-        if queue.is_empty() {
+        if lane.queue.is_empty() {
             self.lanes.remove(&id);
-            self.ring.retain(|r| *r != id);
+            for account in self.accounts.values_mut() {
+                account.lanes.retain(|l| *l != id);
+            }
+            let accounts = &self.accounts;
+            self.ring
+                .retain(|t| accounts.get(t).is_some_and(|a| !a.lanes.is_empty()));
+            let tenants = &self.tenants;
+            self.accounts
+                .retain(|t, a| !a.lanes.is_empty() || tenants.contains_key(t));
         }
         if let Some((p, o, _)) = self.deferred.get(&id) {
             if p == partition && offsets.contains(o) {
@@ -610,20 +892,23 @@ impl<P: Ord + Clone> Lanes<P> {
     }
 
     fn release(&mut self, partition: &P, records: usize, bytes: usize) {
-        self.held_records -= records;
-        self.held_bytes -= bytes;
-        if let Some(part) = self.partitions.get_mut(partition) {
-            part.records -= records;
-            part.bytes -= bytes;
-            if part.records == 0 && !part.paused {
-                self.partitions.remove(partition);
-            }
+        let Some(part) = self.partitions.get_mut(partition) else {
+            return;
+        };
+        let held = &mut self.held[class(part.retry)];
+        held.records -= records;
+        held.bytes -= bytes;
+        part.records -= records;
+        part.bytes -= bytes;
+        if part.records == 0 && !part.paused {
+            self.partitions.remove(partition);
         }
     }
 
     /// Whether a partition we paused has drained enough to resume: it is at or
-    /// below half of its partition limits and the totals are at or below half of
-    /// theirs (hysteresis, so partitions do not flap at the limit).
+    /// below half of its partition limits and its class's totals (first
+    /// attempts' or retries') are at or below half of theirs (hysteresis, so
+    /// partitions do not flap at the limit).
     pub fn should_resume(&self, partition: &P) -> bool {
         self.partitions
             .get(partition)
@@ -652,10 +937,12 @@ impl<P: Ord + Clone> Lanes<P> {
 
     fn below_low_water(&self, p: &PartitionState) -> bool {
         let l = &self.limits;
+        let held = self.held[class(p.retry)];
+        let (total_records, total_bytes) = l.class_totals(p.retry);
         p.records <= l.partition_records / 2
             && p.bytes <= l.partition_bytes / 2
-            && self.held_records <= l.total_records / 2
-            && self.held_bytes <= l.total_bytes / 2
+            && held.records <= total_records / 2
+            && held.bytes <= total_bytes / 2
     }
 
     pub fn is_paused(&self, partition: &P) -> bool {
@@ -685,17 +972,24 @@ impl<P: Ord + Clone> Lanes<P> {
 
     /// Records queued, not yet started.
     pub fn queued_records(&self) -> usize {
-        self.held_records - self.in_flight.len()
+        self.buffered_records() - self.in_flight.len()
     }
 
     /// Records held: queued + in flight.
     pub fn buffered_records(&self) -> usize {
-        self.held_records
+        self.held[0].records + self.held[1].records
     }
 
     /// Bytes held: queued + in flight.
     pub fn buffered_bytes(&self) -> usize {
-        self.held_bytes
+        self.held[0].bytes + self.held[1].bytes
+    }
+
+    /// (records, bytes) held from retry-tier partitions (`retry`) or from
+    /// first-attempt partitions: what each class's budget is measured against.
+    pub fn class_buffered(&self, retry: bool) -> (usize, usize) {
+        let held = self.held[class(retry)];
+        (held.records, held.bytes)
     }
 
     /// (records, bytes) held for one partition.
@@ -715,9 +1009,70 @@ impl<P: Ord + Clone> Lanes<P> {
             .copied()
     }
 
+    /// A tenant's deficit round robin credit in worker-seconds, while it has an
+    /// account (queued lanes or records in flight); for tests and diagnostics.
+    pub fn tenant_deficit(&self, tenant_id: &str) -> Option<f64> {
+        self.accounts.get(tenant_id).map(|a| a.deficit)
+    }
+
+    /// Who uses this replica's slots and buffer, for attribution: per tenant and
+    /// per subscription, the worker-seconds charged (slot-held time, decayed
+    /// with [`USAGE_HALF_LIFE`](crate::fair::USAGE_HALF_LIFE) as of `now`),
+    /// records in flight and records buffered (queued + in flight). Lists every
+    /// tenant and subscription holding a record or with usage left, by id.
+    /// O(subscriptions + tenants).
+    pub fn usage(&self, now: SystemTime) -> Usage {
+        let mut tenants: BTreeMap<&str, TenantUsage> = BTreeMap::new();
+        let tenant = |id: &str| {
+            let weight = self.limits.tenant_weights.weight(id);
+            TenantUsage {
+                tenant_id: id.to_owned(),
+                weight,
+                worker_seconds: self.tenant_usage.get(id).map_or(0.0, |d| d.at(now)),
+                in_flight: self.tenant_in_flight(id),
+                buffered_records: 0,
+            }
+        };
+        let mut subscriptions: BTreeMap<&str, SubscriptionUsage> = BTreeMap::new();
+        for (id, s) in &self.subs {
+            subscriptions.insert(
+                id,
+                SubscriptionUsage {
+                    subscription_id: id.clone(),
+                    tenant_id: s.tenant.clone(),
+                    worker_seconds: self.sub_usage.get(id).map_or(0.0, |d| d.at(now)),
+                    in_flight: s.in_flight,
+                    buffered_records: s.queued + s.in_flight as usize,
+                },
+            );
+            tenants
+                .entry(&s.tenant)
+                .or_insert_with(|| tenant(&s.tenant))
+                .buffered_records += s.queued + s.in_flight as usize;
+        }
+        for (id, d) in &self.sub_usage {
+            subscriptions
+                .entry(id)
+                .or_insert_with(|| SubscriptionUsage {
+                    subscription_id: id.clone(),
+                    tenant_id: String::new(),
+                    worker_seconds: d.at(now),
+                    in_flight: 0,
+                    buffered_records: 0,
+                });
+        }
+        for id in self.tenant_usage.keys() {
+            tenants.entry(id).or_insert_with(|| tenant(id));
+        }
+        Usage {
+            tenants: tenants.into_values().collect(),
+            subscriptions: subscriptions.into_values().collect(),
+        }
+    }
+
     /// Nothing queued and nothing in flight.
     pub fn is_idle(&self) -> bool {
-        self.held_records == 0
+        self.buffered_records() == 0
     }
 }
 
@@ -728,3 +1083,7 @@ mod tests;
 #[cfg(test)]
 #[path = "lanes_rate_tests.rs"]
 mod rate_tests;
+
+#[cfg(test)]
+#[path = "lanes_fair_tests.rs"]
+mod fair_tests;

@@ -4,6 +4,9 @@ use std::collections::VecDeque;
 
 use super::*;
 
+/// The one retry-tier partition of the model (a partition is of one class).
+const RETRY_PARTITION: u8 = 2;
+
 #[derive(Debug, Clone)]
 enum Op {
     Push {
@@ -22,7 +25,9 @@ enum Op {
 fn op(max_mif: u8) -> impl Strategy<Value = Op> {
     prop_oneof![
         5 => (0u8..3, 0u8..6, any::<bool>(), 1u16..200, 1u8..=max_mif)
-            .prop_map(|(partition, sub, retry, bytes, mif)| Op::Push { partition, sub, retry, bytes, mif }),
+            .prop_map(|(partition, sub, _, bytes, mif)| Op::Push {
+                partition, sub, retry: partition == RETRY_PARTITION, bytes, mif,
+            }),
         4 => Just(Op::Pop),
         3 => any::<usize>().prop_map(Op::Complete),
         1 => (0u8..3).prop_map(Op::Drop),
@@ -39,16 +44,22 @@ fn limits() -> impl Strategy<Value = LaneLimits> {
         1usize..2000,
         1usize..20,
         1usize..4000,
+        (1usize..20, 1usize..4000),
     )
-        .prop_map(|(global, tenant, pct, pr, pb, tr, tb)| LaneLimits {
-            global_in_flight: global,
-            tenant_in_flight: tenant,
-            retry_share_percent: pct,
-            partition_records: pr,
-            partition_bytes: pb,
-            total_records: tr,
-            total_bytes: tb,
-        })
+        .prop_map(
+            |(global, tenant, pct, pr, pb, tr, tb, (rr, rb))| LaneLimits {
+                global_in_flight: global,
+                tenant_in_flight: tenant,
+                retry_share_percent: pct,
+                partition_records: pr,
+                partition_bytes: pb,
+                total_records: tr,
+                total_bytes: tb,
+                retry_total_records: rr,
+                retry_total_bytes: rb,
+                tenant_weights: TenantWeights::NONE,
+            },
+        )
 }
 
 fn sub_name(sub: u8) -> String {
@@ -104,6 +115,14 @@ impl Model {
         self.held
             .values()
             .fold((0, 0), |(r, b), (r2, b2)| (r + r2, b + b2))
+    }
+
+    /// Held by the partitions of one class: retries (partition [`RETRY_PARTITION`]) or first attempts.
+    fn class_totals(&self, retry: bool) -> (usize, usize) {
+        self.held
+            .iter()
+            .filter(|(p, _)| (**p == RETRY_PARTITION) == retry)
+            .fold((0, 0), |(r, b), (_, (r2, b2))| (r + r2, b + b2))
     }
 
     fn release(&mut self, partition: u8, offset: i64) {
@@ -228,11 +247,12 @@ fn run(limits: LaneLimits, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 held.0 += 1;
                 held.1 += usize::from(bytes);
                 let (pr, pb) = *held;
-                let (tr, tb) = m.totals();
+                let (tr, tb) = m.class_totals(retry);
+                let (tr_max, tb_max) = limits.class_totals(retry);
                 if pr >= limits.partition_records
                     || pb >= limits.partition_bytes
-                    || tr >= limits.total_records
-                    || tb >= limits.total_bytes
+                    || tr >= tr_max
+                    || tb >= tb_max
                 {
                     m.paused.insert(partition);
                 }
@@ -263,17 +283,19 @@ fn run(limits: LaneLimits, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 m.paused.remove(&p);
             }
             Op::Resume => {
-                let (tr, tb) = m.totals();
                 let expected: Vec<u8> = m
                     .paused
                     .iter()
                     .copied()
                     .filter(|p| {
+                        let retry = *p == RETRY_PARTITION;
+                        let (tr, tb) = m.class_totals(retry);
+                        let (tr_max, tb_max) = limits.class_totals(retry);
                         let (r, b) = m.held.get(p).copied().unwrap_or((0, 0));
                         r <= limits.partition_records / 2
                             && b <= limits.partition_bytes / 2
-                            && tr <= limits.total_records / 2
-                            && tb <= limits.total_bytes / 2
+                            && tr <= tr_max / 2
+                            && tb <= tb_max / 2
                     })
                     .collect();
                 for p in 0..3 {

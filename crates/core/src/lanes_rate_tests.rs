@@ -33,6 +33,9 @@ fn big() -> LaneLimits {
         partition_bytes: 1 << 30,
         total_records: 1 << 20,
         total_bytes: 1 << 30,
+        retry_total_records: 1 << 20,
+        retry_total_bytes: 1 << 30,
+        tenant_weights: TenantWeights::NONE,
     }
 }
 
@@ -445,7 +448,8 @@ fn run(limits: LaneLimits, rates: Vec<Option<usize>>, ops: Vec<Op>) -> Result<()
 }
 
 /// Applies the same ops to a `Lanes` driven through the old calls and one driven
-/// through `push_with` (no rate) and `pop_ready_at` (arbitrary times).
+/// through `push_with` (no rate), both popping at the same arbitrary times (time
+/// matters without rates too: the deficit round robin charges slot time).
 fn same_without_rates(
     limits: LaneLimits,
     ops: Vec<Op>,
@@ -470,7 +474,7 @@ fn same_without_rates(
                 prop_assert_eq!(a, b);
             }
             Op::Pop => {
-                let a = old.pop_ready();
+                let a = old.pop_ready_at(now);
                 let b = new.pop_ready_at(now);
                 prop_assert_eq!(&a, &b);
                 in_flight.extend(a);

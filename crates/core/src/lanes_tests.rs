@@ -9,7 +9,15 @@ fn at(ms: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_millis(ms)
 }
 
-fn job(partition: u8, offset: i64, sub: &str, tenant: &str, retry: bool, bytes: usize) -> Job<u8> {
+/// A job of `bytes` for `sub` of `tenant` (shared with the sibling test modules).
+pub(super) fn job(
+    partition: u8,
+    offset: i64,
+    sub: &str,
+    tenant: &str,
+    retry: bool,
+    bytes: usize,
+) -> Job<u8> {
     Job {
         partition,
         offset,
@@ -32,6 +40,9 @@ fn caps(global: u32, tenant: u32, retry_pct: u8) -> LaneLimits {
         partition_bytes: 1 << 30,
         total_records: 1 << 20,
         total_bytes: 1 << 30,
+        retry_total_records: 1 << 20,
+        retry_total_bytes: 1 << 30,
+        tenant_weights: TenantWeights::NONE,
     }
 }
 
@@ -187,7 +198,8 @@ fn caps_table() {
                 ("a", "t", false, 5),
                 ("c", "u", false, 5),
             ],
-            vec![("a", 0), ("b", 1), ("c", 3)],
+            // Tenants take turns (t, u, t), then t's lanes in turn (a, b).
+            vec![("a", 0), ("c", 3), ("b", 1)],
         ),
         (
             "retry share: 4 × 50 % = 2 retry slots, first attempts unaffected",

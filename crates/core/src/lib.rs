@@ -1,6 +1,6 @@
 //! Pure decisions of hookline: classification, retry ladder, circuit breaker, due scheduling,
-//! offset watermarks, the duplicate-admission window, fair lanes with rate
-//! limits and subscription matching. No I/O and no clock reads: `now` and
+//! offset watermarks, the duplicate-admission window, fair lanes (deficit round
+//! robin in worker-seconds, tenant weights) with rate limits and subscription matching. No I/O and no clock reads: `now` and
 //! jitter are arguments, so every decision is exactly testable.
 
 pub mod admission;
@@ -9,6 +9,7 @@ pub mod classify;
 pub mod due;
 pub mod egress;
 pub mod epoch;
+pub mod fair;
 pub mod ladder;
 pub mod lanes;
 pub mod matching;
@@ -29,6 +30,7 @@ pub use egress::{
     blocked_range, noncanonical_ipv4, numeric_ipv4, BlockedRange, Cidr, CidrError, EgressDenied,
     EgressPolicy,
 };
+pub use fair::{TenantWeights, Usage, WeightError};
 pub use ladder::{
     ExhaustReason, Ladder, LadderError, LadderSetting, Release, RetryDecision, Tier,
     DEFAULT_MAX_RETRY_AFTER, DEFAULT_MAX_RETRY_AFTER_TEXT, DEFAULT_TIERS, MAX_LADDER_DURATION,

@@ -10,7 +10,7 @@ use std::{path::PathBuf, time::Duration};
 use clap::Args;
 use hookline_core::{
     egress::Cidr, ladder, BreakerError, BreakerSettings, EgressPolicy, Ladder, LaneLimits,
-    OverflowSettings, Tier,
+    OverflowSettings, TenantWeights, Tier,
 };
 use hookline_runtime::{
     config::{parse_duration, CommonArgs},
@@ -118,11 +118,12 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_PARTITION_BUFFER_BYTES", default_value_t = LaneLimits::DEFAULT.partition_bytes)]
     pub partition_buffer_bytes: usize,
 
-    /// Records buffered in all, before every partition that adds more is paused.
+    /// First attempts' buffer: records buffered in all from `deliveries` and
+    /// `deliveries.strict`, before every such partition that adds more is paused.
     #[arg(long, env = "HOOKLINE_BUFFER_RECORDS", default_value_t = LaneLimits::DEFAULT.total_records)]
     pub buffer_records: usize,
 
-    /// Payload bytes buffered in all.
+    /// First attempts' buffer: payload bytes in all.
     #[arg(long, env = "HOOKLINE_BUFFER_BYTES", default_value_t = LaneLimits::DEFAULT.total_bytes)]
     pub buffer_bytes: usize,
 
@@ -150,6 +151,32 @@ pub struct DispatcherArgs {
     /// How long the backlog must stay at or below the demotion threshold.
     #[arg(long, env = "HOOKLINE_OVERFLOW_DEMOTE_AFTER", default_value = "30s", value_parser = parse_duration)]
     pub overflow_demote_after: Duration,
+
+    /// Retries' buffer, apart from first attempts': records buffered in all from
+    /// the retry tiers, before every tier partition that adds more is paused.
+    #[arg(
+        long,
+        env = "HOOKLINE_RETRY_BUFFER_RECORDS",
+        default_value_t = LaneLimits::DEFAULT.retry_total_records
+    )]
+    pub retry_buffer_records: usize,
+
+    /// Retries' buffer: payload bytes in all.
+    #[arg(
+        long,
+        env = "HOOKLINE_RETRY_BUFFER_BYTES",
+        default_value_t = LaneLimits::DEFAULT.retry_total_bytes
+    )]
+    pub retry_buffer_bytes: usize,
+
+    /// A tenant's weight in the worker-seconds fair share, `TENANT=WEIGHT`
+    /// (0.01 to 100; unlisted tenants weigh 1); repeatable.
+    #[arg(
+        long = "tenant-weight",
+        env = "HOOKLINE_TENANT_WEIGHTS",
+        value_delimiter = ','
+    )]
+    pub tenant_weights: Vec<String>,
 
     /// The retry ladder (`hookline-fanout topics` reads the same flag).
     #[command(flatten)]
@@ -494,6 +521,10 @@ impl Config {
             partition_bytes: d.partition_buffer_bytes,
             total_records: d.buffer_records,
             total_bytes: d.buffer_bytes,
+            retry_total_records: d.retry_buffer_records,
+            retry_total_bytes: d.retry_buffer_bytes,
+            tenant_weights: TenantWeights::parse(d.tenant_weights.iter().map(String::as_str))
+                .map_err(|e| bad("--tenant-weight / HOOKLINE_TENANT_WEIGHTS", e.to_string()))?,
         };
         lanes.validate().map_err(|e| {
             bad(
@@ -686,6 +717,45 @@ mod tests {
             Duration::from_secs(30),
             "as before: request + 15s"
         );
+    }
+
+    #[test]
+    fn tenant_weights_and_retry_budgets_are_read_and_checked_at_start() {
+        let s = parse(&[
+            "--tenant-weight",
+            "acme=3",
+            "--tenant-weight",
+            "tiny=0.01",
+            "--retry-buffer-records",
+            "7",
+            "--retry-buffer-bytes",
+            "9",
+        ])
+        .unwrap()
+        .settings()
+        .unwrap();
+        assert_eq!(s.lanes.tenant_weights.weight("acme"), 3.0);
+        assert_eq!(s.lanes.tenant_weights.weight("tiny"), 0.01);
+        assert_eq!(s.lanes.tenant_weights.weight("other"), 1.0);
+        assert_eq!(
+            (s.lanes.retry_total_records, s.lanes.retry_total_bytes),
+            (7, 9)
+        );
+        for bad in [
+            &["--tenant-weight", "acme"][..],
+            &["--tenant-weight", "acme=0"],
+            &["--tenant-weight", "acme=1000"],
+            &["--tenant-weight", "a=1", "--tenant-weight", "a=2"],
+        ] {
+            let error = parse(bad).unwrap().settings().unwrap_err().to_string();
+            assert!(error.contains("--tenant-weight"), "{bad:?}: {error}");
+        }
+        let error = parse(&["--retry-buffer-records", "0"])
+            .unwrap()
+            .settings()
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("retry_total_records"), "{error}");
     }
 
     /// Each relation checked at start, with a value pair it accepts and one it

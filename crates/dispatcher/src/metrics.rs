@@ -170,8 +170,11 @@ pub(crate) fn quarantined(reason: QuarantineReason) {
     metrics::counter!(m::DISPATCHER_QUARANTINED, label::REASON => reason.as_str()).increment(1);
 }
 
-pub(crate) fn paused() {
-    metrics::counter!(m::DISPATCHER_BACKPRESSURE_PAUSES).increment(1);
+/// A partition of `consumer` (`deliveries`, `strict` or a tier) was paused, first
+/// held by `reason` (`buffer`, `writes`, `not_due`, `rewinding`).
+pub(crate) fn paused(reason: &'static str, consumer: &'static str) {
+    metrics::counter!(m::DISPATCHER_BACKPRESSURE_PAUSES, label::REASON => reason, label::CONSUMER => consumer)
+        .increment(1);
 }
 
 /// The engine's gauges, set on every tick.

@@ -1,6 +1,7 @@
 //! `isolation`: a small tenant's wait (produced → received) while a whale
-//! tenant's backlog of thousands of deliveries drains through a slow endpoint,
-//! against the same small tenant alone. Every topic has one partition, so the
+//! tenant's backlog (100,000 deliveries by default) drains through a slow
+//! endpoint, against the same small tenant alone, and the ratio of the two p99s
+//! (issue 15's goal: during ≤ 1.2 × alone). Every topic has one partition, so the
 //! whale and the small tenant share the dispatcher's partition — the worst
 //! case: only the dispatcher's lanes and caps keep them apart.
 
@@ -102,6 +103,9 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         sent >= whale_from && sent <= whale_done_us
     }));
 
+    let ratio = |d: f64, a: f64| if a > 0.0 { d / a } else { f64::NAN };
+    let p50_ratio = ratio(during.p50_ms, alone.p50_ms);
+    let p99_ratio = ratio(during.p99_ms, alone.p99_ms);
     out.settings = serde_json::json!({
         "partitions": 1,
         "small_rate_events_per_s": params.small_rate,
@@ -132,6 +136,12 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         ),
         "small_during_whale",
         during,
+    );
+    out.figure(
+        "small during / alone",
+        format!("p50 {p50_ratio:.2} x, p99 {p99_ratio:.2} x (goal: p99 <= 1.2 x)"),
+        "small_during_over_alone",
+        serde_json::json!({ "p50": p50_ratio, "p99": p99_ratio }),
     );
     out.figure(
         "whale backlog",

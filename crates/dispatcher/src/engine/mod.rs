@@ -421,7 +421,8 @@ impl Engine {
         for action in self.machine.take_actions() {
             match action {
                 Action::Gate(GateAction::Pause { part, reason }) => {
-                    metrics::paused();
+                    let consumer = self.machine.inputs()[usize::from(part.input)].label;
+                    metrics::paused(reason.as_str(), consumer);
                     tracing::debug!(?part, ?reason, "pausing the partition");
                     self.set_paused(part, true);
                 }

@@ -35,6 +35,16 @@ pub(crate) enum Hold {
 
 impl Hold {
     pub(crate) const ALL: [Hold; 4] = [Hold::Buffer, Hold::Writes, Hold::NotDue, Hold::Rewinding];
+
+    /// The metric label of the reason (`buffer`, `writes`, `not_due`, `rewinding`).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Hold::Buffer => "buffer",
+            Hold::Writes => "writes",
+            Hold::NotDue => "not_due",
+            Hold::Rewinding => "rewinding",
+        }
+    }
 }
 
 /// What the adapter must do to the consumer.

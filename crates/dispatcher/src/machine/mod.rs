@@ -622,15 +622,24 @@ impl Machine {
     }
 
     /// An attempt of `key` ended at `now` with `signal` for its endpoint's
-    /// health: its subscription's breaker is told (before
+    /// health: its lane is charged the slot time up to `now` and its
+    /// subscription's breaker is told (before
     /// [`complete`](Self::complete) or [`attempt_ended`](Self::attempt_ended)).
     pub(crate) fn attempted(&mut self, key: Key, now: SystemTime, signal: Signal) {
         let Some(Running::Attempt {
-            delivery, probe, ..
+            started,
+            delivery,
+            probe,
+            ..
         }) = self.running.get_mut(&key)
         else {
             return;
         };
+        // Its slot time, for the worker-seconds fair share (`hookline_core::fair`).
+        if let Err(error) = self.lanes.charge(started, now) {
+            self.notes
+                .push(Note::LanesRefusedCompletion(error.to_string()));
+        }
         let was_probe = std::mem::take(probe);
         let subscription_id = delivery.subscription_id.clone();
         if let Some(transition) = self

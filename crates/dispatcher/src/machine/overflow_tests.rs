@@ -46,6 +46,7 @@ fn machine(lanes: usize) -> Machine {
         partition_bytes: 1 << 20,
         total_records: 10_000,
         total_bytes: 1 << 30,
+        ..LaneLimits::DEFAULT
     };
     let overflow = OverflowSettings {
         lanes,

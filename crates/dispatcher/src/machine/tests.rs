@@ -108,6 +108,7 @@ fn machine(partition_records: usize) -> Machine {
         partition_bytes: 1 << 20,
         total_records: 10_000,
         total_bytes: 1 << 30,
+        ..LaneLimits::DEFAULT
     };
     let mut m = Machine::new(
         inputs,

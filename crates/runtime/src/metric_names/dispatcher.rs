@@ -56,7 +56,9 @@ pub const DISPATCHER_ERRORS: &str = "hookline_dispatcher_errors_total";
 /// `events.quarantine`, by reason (`not_avro`, `unknown_fingerprint`,
 /// `wrong_record`, `bad_datum`); counted once the quarantine write is acknowledged.
 pub const DISPATCHER_QUARANTINED: &str = "hookline_dispatcher_records_quarantined_total";
-/// Times a partition was paused because its buffer was full.
+/// Times a partition was paused, by the reason that first held it (`buffer`:
+/// its class's buffer or its own is full; `writes`, `not_due`, `rewinding`) and
+/// its consumer (`deliveries`, `strict`, a tier).
 pub const DISPATCHER_BACKPRESSURE_PAUSES: &str = "hookline_dispatcher_backpressure_pauses_total";
 /// Per retry tier: how far past its due time the most overdue record not yet
 /// attempted is (a paused head whose timer did not fire, or a due record waiting
@@ -221,6 +223,6 @@ pub(super) fn describe() {
     );
     metrics::describe_counter!(
         DISPATCHER_BACKPRESSURE_PAUSES,
-        "Partitions paused because the buffer was full."
+        "Partitions paused, by the reason that first held them and their consumer."
     );
 }
