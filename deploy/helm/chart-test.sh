@@ -9,19 +9,11 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
-tools="$repo/.cache/tools"
-HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 CARGO="${CARGO:-cargo}"
 log() { printf 'chart-test: %s\n' "$*" >&2; }
 start=$SECONDS
 
-mkdir -p "$tools"
-if [[ ! -x "$tools/helm" || "$(cat "$tools/.helm-version" 2>/dev/null)" != "$HELM_VERSION" ]]; then
-  command -v go >/dev/null || { log "go is needed once to install helm $HELM_VERSION"; exit 1; }
-  log "installing helm $HELM_VERSION into $tools (go install; a few minutes the first time)"
-  GOBIN="$tools" GOFLAGS=-buildvcs=false go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-  echo "$HELM_VERSION" > "$tools/.helm-version"
-fi
+helm=$(bash deploy/helm/helm.sh)
 
 if ! command -v promtool >/dev/null; then
   if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then
@@ -49,8 +41,8 @@ log "hadolint Dockerfile"
 .venv/bin/hadolint Dockerfile
 
 log "helm lint --strict (default values)"
-"$tools/helm" lint --strict --kube-version 1.30.0 deploy/helm/hookline
+"$helm" lint --strict --kube-version 1.30.0 deploy/helm/hookline
 
-HELM="$tools/helm" PROMTOOL="$(command -v promtool)" \
+HELM="$helm" PROMTOOL="$(command -v promtool)" \
   .venv/bin/python -m pytest -q -p no:cacheprovider deploy/helm/tests
 log "done in $((SECONDS - start))s"
