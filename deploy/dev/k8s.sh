@@ -165,7 +165,8 @@ write_containerd_config() {
   local d=$STATE/containerd
   mkdir -p "$d" "$STATE/cni/bin" "$STATE/cni/net.d"
   # Debian's plugins, and the port forward of k8s-cni-localfwd.
-  for p in /usr/lib/cni/*; do ln -sf "$p" "$STATE/cni/bin/"; done
+  local plugin
+  for plugin in /usr/lib/cni/*; do ln -sf "$plugin" "$STATE/cni/bin/"; done
   ln -sf "$SCRIPT_DIR/k8s-cni-localfwd" "$STATE/cni/bin/k8s-cni-localfwd"
   cat > "$d/config.toml" <<EOF
 version = 2
@@ -294,7 +295,7 @@ cmd_up() {
     --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
     --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt" \
     --cluster-signing-cert-file "$p/ca.crt" --cluster-signing-key-file "$p/ca.key" \
-    --use-service-account-credentials=false
+    --use-service-account-credentials=true
   start kube-scheduler "$BIN/kube-scheduler" \
     --kubeconfig "$p/scheduler.kubeconfig" \
     --authentication-kubeconfig "$p/scheduler.kubeconfig" \
@@ -348,7 +349,7 @@ EOF
     --root-dir "$STATE/kubelet/root" --cert-dir "$STATE/kubelet/pki"
   local end=$((SECONDS + START_TIMEOUT))
   until kctl get node "$NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null | grep -qx True; do
-    if [ $SECONDS -ge $end ]; then
+    if [ $SECONDS -ge $end ] || ! kill -0 "$(cat "$STATE/run/kubelet.pid")" 2>/dev/null; then
       log "node $NODE not Ready in ${START_TIMEOUT}s; kubelet log tail:"
       tail -n 60 "$STATE/logs/kubelet.log" >&2
       die "kubelet did not make the node Ready"

@@ -63,6 +63,7 @@ finish() {
   exit "$rc"
 }
 trap finish EXIT
+trap 'exit 143' TERM INT
 
 log "building the image (make image)"
 bash deploy/dev/k8s-image.sh
