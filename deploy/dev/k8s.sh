@@ -15,6 +15,8 @@
 #   k8s.sh forward PORT...  make host 127.0.0.1:PORT reachable as
 #                      127.0.0.1:PORT from pods started afterwards (Kafka)
 #   k8s.sh logs DIR    copy every part's log and every pod's logs to DIR
+#   k8s.sh link-logs DIR  hard-link the container logs the kubelet holds now
+#                      into DIR, to keep them past their pod's deletion
 #
 # Progress goes to stderr.
 set -euo pipefail
@@ -434,19 +436,29 @@ cmd_import() {
   ctr_ images import "$1" >&2
 }
 
+# link_pod_logs DIR: hard links to every container log file the kubelet
+# holds, so DIR keeps them, whole, after the kubelet deletes a pod's files
+# (a link shares the file, so lines written later are in it too). Called
+# every second by the test, it catches pods that come and go (the hook Job's,
+# replaced replicas').
+link_pod_logs() {
+  local out=$1 f rel
+  [ -d "$STATE/pod-logs" ] || return 0
+  find "$STATE/pod-logs" -name '*.log*' -type f | while read -r f; do
+    rel=${f#"$STATE"/pod-logs/}
+    [ -e "$out/$rel" ] && continue
+    mkdir -p "$out/$(dirname "$rel")"
+    ln "$f" "$out/$rel" 2>/dev/null || cp "$f" "$out/$rel" 2>/dev/null || true
+  done
+}
+
 cmd_logs() {
   local out=$1
   mkdir -p "$out/parts" "$out/pods"
   cp "$STATE"/logs/*.log "$out/parts/" 2>/dev/null || true
-  # The kubelet's own copy of every container's log, including containers
-  # already gone from the API (the hook Job's pods, replaced dispatchers).
-  if [ -d "$STATE/pod-logs" ]; then
-    find "$STATE/pod-logs" -name '*.log' | while read -r f; do
-      local rel=${f#"$STATE"/pod-logs/}
-      mkdir -p "$out/pods/$(dirname "$rel")"
-      cp "$f" "$out/pods/$rel" 2>/dev/null || true
-    done
-  fi
+  # Every container log the kubelet still holds; add earlier links (see
+  # link_pod_logs) with `link-logs` while pods run.
+  link_pod_logs "$out/pods"
   kctl get all,events,pvc,pv -A -o wide > "$out/objects.txt" 2>&1 || true
   kctl describe pods -A > "$out/pods-describe.txt" 2>&1 || true
 }
@@ -461,5 +473,6 @@ case "$cmd" in
   import) cmd_import "$@" ;;
   forward) cmd_forward "$@" ;;
   logs) cmd_logs "$@" ;;
-  *) die "usage: k8s.sh up|down|status|kubectl ARGS|import TAR|forward PORT...|logs DIR" ;;
+  link-logs) mkdir -p "$1" && link_pod_logs "$1" ;;
+  *) die "usage: k8s.sh up|down|status|kubectl ARGS|import TAR|forward PORT...|logs DIR|link-logs DIR" ;;
 esac

@@ -41,18 +41,21 @@ rm -f "$out"/receiver.log "$out"/published
 
 receiver_pid=
 publisher_pid=
+linker_pid=
 started_kafka=
 finish() {
   local rc=$?
   set +e
   [ -n "$publisher_pid" ] && kill "$publisher_pid" 2> /dev/null
+  [ -n "$linker_pid" ] && kill "$linker_pid" 2> /dev/null
+  local d=$out/logs-$run_id
   if [ "$rc" != 0 ] || [ -n "${HOOKLINE_K8S_TEST_LOGS:-}" ]; then
-    local d=$out/logs-$run_id
     log "keeping every log in $d"
     bash $K8S logs "$d" > /dev/null 2>&1
     cp "$out"/receiver.log "$out"/published "$out"/*.out "$d/" 2> /dev/null
   fi
   [ -n "$receiver_pid" ] && kill "$receiver_pid" 2> /dev/null
+  [ "$rc" = 0 ] && [ -z "${HOOKLINE_K8S_TEST_LOGS:-}" ] && rm -rf "$d"
   if [ -z "${HOOKLINE_K8S_KEEP:-}" ]; then
     bash $K8S down
     [ -n "$started_kafka" ] && bash $KAFKA down
@@ -78,6 +81,9 @@ bash $K8S forward "${bootstrap##*:}"
 bash $K8S up > /dev/null
 bash $K8S import "$target/image/hookline.tar"
 k() { bash $K8S kubectl "$@"; }
+# Every container's log, kept from the moment it appears (see k8s.sh link-logs).
+(while sleep 1; do bash $K8S link-logs "$out/logs-$run_id/pods"; done) > /dev/null 2>&1 &
+linker_pid=$!
 k create namespace "$NS" > /dev/null
 
 # ------------------------------------------------------------- dry runs ----
