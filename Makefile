@@ -19,7 +19,7 @@ CARGO_DENY_VERSION := 0.20.2
 CARGO_DENY := $(TOOLS)/cargo-deny-$(CARGO_DENY_VERSION)/bin/cargo-deny
 ADVISORY_DB_URL := https://github.com/RustSec/advisory-db
 
-.PHONY: dev build test test-rust test-python test-faults faults chart-test chart-tools lint deny fmt demo bench kafka-up kafka-down kafka-fetch venv clean
+.PHONY: dev build test test-rust test-python test-faults faults chart-test chart-tools image k8s-test lint deny fmt demo bench kafka-up kafka-down kafka-fetch venv clean
 
 build:
 	$(CARGO) build --workspace --all-targets $(FEATURES)
@@ -63,6 +63,22 @@ chart-test: venv
 ## chart-tools: helm (into .cache/tools) and promtool, for the chart's and the alerts' tests.
 chart-tools:
 	bash deploy/helm/tools.sh
+
+## image: the container image without a Docker engine: buildah (Debian's
+## package) builds deploy/dev/k8s-image.Containerfile over a root filesystem of
+## the release binaries and exactly the shared libraries they load; the image
+## docker.io/library/hookline:dev, also written to target/image/hookline.tar.
+## The Dockerfile stays the way to build it with Docker elsewhere.
+image:
+	bash deploy/dev/k8s-image.sh
+
+## k8s-test: the chart on a real single-node Kubernetes (deploy/dev/k8s.sh:
+## etcd, containerd, and the Kubernetes binaries built once from the Go module
+## into ~/.cache/hookline) with `make image` and the dev broker; as root.
+## Install, a verified webhook, an upgrade rolling the dispatcher without losing
+## a delivery, uninstall. See deploy/k8s-test/run.sh.
+k8s-test: venv kafka-fetch
+	bash deploy/k8s-test/run.sh
 
 ## lint: rustfmt, clippy (also dlq-sink without S3), no import circles, and `make deny`.
 lint:

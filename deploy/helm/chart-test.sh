@@ -8,12 +8,12 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
-tools="$repo/.cache/tools"
 CARGO="${CARGO:-cargo}"
 log() { printf 'chart-test: %s\n' "$*" >&2; }
 start=$SECONDS
 
 bash deploy/helm/tools.sh
+helm=$(bash deploy/helm/helm.sh)
 
 [[ -x .venv/bin/kubernetes-validate && -x .venv/bin/hadolint ]] || { log "run 'make venv' first (kubernetes-validate, hadolint)"; exit 1; }
 
@@ -29,8 +29,8 @@ log "hadolint Dockerfile"
 .venv/bin/hadolint Dockerfile
 
 log "helm lint --strict (default values)"
-"$tools/helm" lint --strict --kube-version 1.30.0 deploy/helm/hookline
+"$helm" lint --strict --kube-version 1.30.0 deploy/helm/hookline
 
-HELM="$tools/helm" PROMTOOL="$(command -v promtool)" \
+HELM="$helm" PROMTOOL="$(command -v promtool)" \
   .venv/bin/python -m pytest -q -p no:cacheprovider deploy/helm/tests
 log "done in $((SECONDS - start))s"

@@ -8,17 +8,10 @@
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$repo"
-tools="$repo/.cache/tools"
-HELM_VERSION="${HELM_VERSION:-v3.22.0}"
 log() { printf 'chart-tools: %s\n' "$*" >&2; }
 
-mkdir -p "$tools"
-if [[ ! -x "$tools/helm" || "$(cat "$tools/.helm-version" 2>/dev/null)" != "$HELM_VERSION" ]]; then
-  command -v go >/dev/null || { log "go is needed once to install helm $HELM_VERSION"; exit 1; }
-  log "installing helm $HELM_VERSION into $tools (go install; a few minutes the first time)"
-  GOBIN="$tools" GOFLAGS=-buildvcs=false go install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-  echo "$HELM_VERSION" > "$tools/.helm-version"
-fi
+# helm: installed (once) by the one script that knows its version.
+bash deploy/helm/helm.sh >/dev/null
 
 if ! command -v promtool >/dev/null; then
   if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null; then

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -658,16 +659,106 @@ def test_replicas_beyond_the_partitions_their_consumers_read_fail_rendering():
     # The tiers are those of topics.retryTiers, each topic deliveries.<name>.
     fails("dispatcher.replicaCount (6) exceeds the partitions of deliveries.retry-5m (4)", "-f", str(VALUES_DIR / "retry-ladder.yaml"),
           "--set", "topics.perTopic.deliveries\\.retry-5m.partitions=4", "--set", "dispatcher.replicaCount=6")
-    # dlq-sink: one consumer shares the DLQ's, the quarantine's and the attempt log's partitions.
+    # dlq-sink: one consumer shares the DLQ's, the quarantine's and the attempt log's
+    # partitions. More than one replica needs a shared (ReadWriteMany) archive claim.
+    rwx = ["--set", "dlqSink.archive.persistence.accessModes={ReadWriteMany}"]
     err = fails("dlqSink.replicaCount (37) exceeds the partitions of deliveries.dlq + events.quarantine + deliveries.attempts (36)",
-                "--set", "dlqSink.replicaCount=37")
+                "--set", "dlqSink.replicaCount=37", *rwx)
     assert "lower dlqSink.replicaCount" in err
-    renders("--set", "dlqSink.replicaCount=36")
+    renders("--set", "dlqSink.replicaCount=36", *rwx)
     small = ["--set", "topics.perTopic.deliveries\\.dlq.partitions=3", "--set", "topics.perTopic.events\\.quarantine.partitions=1",
-             "--set", "topics.perTopic.deliveries\\.attempts.partitions=1"]
+             "--set", "topics.perTopic.deliveries\\.attempts.partitions=1", *rwx]
     fails("dlqSink.autoscaling.maxReplicas (6) exceeds the partitions of deliveries.dlq + events.quarantine + deliveries.attempts (5)",
           *small, *autoscaled("dlqSink", "hpa", 6))
     renders(*small, *autoscaled("dlqSink", "hpa", 5))
+
+
+# --- the dlq-sink's archive ------------------------------------------------------
+
+
+def dlq_sink_pod(docs: list[dict]) -> tuple[dict, dict]:
+    (dep,) = [d for d in kinds(docs, "Deployment") if component_of(d) == "dlq-sink"]
+    (volume,) = [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "archive"]
+    return dep, volume
+
+
+def notes(*args: str) -> str:
+    """NOTES.txt as the install prints it. `helm install --dry-run` asks a cluster
+    for its version, so a copy of the chart renders the notes as a template of
+    its own (a YAML block holding the text) with `helm template`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        chart = Path(tmp) / "hookline"
+        shutil.copytree(CHART, chart)
+        text = (chart / "templates/NOTES.txt").read_text()
+        (chart / "templates/notes-check.yaml").write_text(
+            "kind: Notes\nnotes: |\n" + "".join("  " + line for line in text.splitlines(True))
+        )
+        out = subprocess.run(
+            [HELM, "template", "hookline", str(chart), "-n", NAMESPACE, "--kube-version", KUBE_DEFAULT,
+             "--show-only", "templates/notes-check.yaml", *args],
+            capture_output=True,
+            text=True,
+        )
+    assert out.returncode == 0, out.stderr
+    return yaml.safe_load(out.stdout)["notes"]
+
+
+def test_the_default_archive_is_a_claim_the_chart_keeps(rendered):
+    docs = rendered[("defaults", KUBE_DEFAULT)]
+    (pvc,) = kinds(docs, "PersistentVolumeClaim")
+    assert pvc["metadata"]["name"] == "hookline-dlq-sink-archive"
+    assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert pvc["spec"] == {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "10Gi"}}}
+    dep, volume = dlq_sink_pod(docs)
+    assert volume == {"name": "archive", "persistentVolumeClaim": {"claimName": "hookline-dlq-sink-archive"}}
+    # One node mounts it: the old pod lets go before the new one starts.
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert {"name": "archive", "mountPath": "/var/lib/hookline/archive"} in c["volumeMounts"]
+    assert configmap_env(docs, "dlq-sink")["HOOKLINE_ARCHIVE_URL"] == "/var/lib/hookline/archive"
+    text = notes()
+    assert "hookline-dlq-sink-archive" in text and "WARNING" not in text
+    # The other components keep the default rolling update.
+    assert all("strategy" not in d["spec"] for d in kinds(docs, "Deployment") if component_of(d) != "dlq-sink")
+
+
+def test_an_ephemeral_archive_is_explicit_and_warned_about():
+    docs = render("defaults", KUBE_DEFAULT, "--set", "dlqSink.archive.ephemeral=true")
+    assert not kinds(docs, "PersistentVolumeClaim")
+    dep, volume = dlq_sink_pod(docs)
+    assert volume == {"name": "archive", "emptyDir": {}}
+    assert "strategy" not in dep["spec"]
+    assert "WARNING: dlqSink.archive.ephemeral is true" in notes("--set", "dlqSink.archive.ephemeral=true")
+
+
+def test_archive_claim_settings_and_alternatives():
+    docs = render("defaults", KUBE_DEFAULT, "--set", "dlqSink.archive.persistence.storageClassName=fast",
+                  "--set", "dlqSink.archive.persistence.size=50Gi", "--set", "dlqSink.archive.persistence.keepOnUninstall=false",
+                  "--set", "dlqSink.archive.persistence.accessModes={ReadWriteMany}", "--set", "dlqSink.replicaCount=2")
+    (pvc,) = kinds(docs, "PersistentVolumeClaim")
+    assert pvc["spec"]["storageClassName"] == "fast" and pvc["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert "helm.sh/resource-policy" not in (pvc["metadata"].get("annotations") or {})
+    dep, _ = dlq_sink_pod(docs)
+    assert "strategy" not in dep["spec"]
+    # An existing claim: no claim rendered, that one mounted.
+    docs = render("defaults", KUBE_DEFAULT, "--set", "dlqSink.archive.existingClaim=archive")
+    assert not kinds(docs, "PersistentVolumeClaim")
+    assert dlq_sink_pod(docs)[1] == {"name": "archive", "persistentVolumeClaim": {"claimName": "archive"}}
+    # S3: no volume, no claim.
+    docs = render("defaults", KUBE_DEFAULT, "--set", "dlqSink.archive.url=s3://bucket/dlq")
+    assert not kinds(docs, "PersistentVolumeClaim")
+    (dep,) = [d for d in kinds(docs, "Deployment") if component_of(d) == "dlq-sink"]
+    assert not [v for v in dep["spec"]["template"]["spec"]["volumes"] if v["name"] == "archive"]
+    assert "s3://bucket/dlq" in notes("--set", "dlqSink.archive.url=s3://bucket/dlq")
+
+
+def test_archive_guards():
+    out = helm_template("--set", "dlqSink.replicaCount=2")
+    assert out.returncode != 0 and "mounts on one node" in out.stderr and "ReadWriteMany" in out.stderr
+    out = helm_template("--set", "dlqSink.autoscaling.enabled=true")
+    assert out.returncode != 0 and "dlqSink.autoscaling.enabled asks for more than one replica" in out.stderr
+    out = helm_template("--set", "dlqSink.archive.existingClaim=a", "--set", "dlqSink.archive.ephemeral=true")
+    assert out.returncode != 0 and "exclude each other" in out.stderr
 
 
 def test_values_schema_is_strict():

@@ -411,3 +411,26 @@ HOOKLINE_CONSUMER_STALL_TIMEOUT: {{ $k.consumerStallTimeout | quote }}
 {{- toString . -}}
 {{- end -}}
 {{- end -}}
+
+{{/* Where the dlq-sink's archive lives: `s3` (or another URL: no volume),
+     `existing-claim`, `emptyDir` (archive.ephemeral, explicitly) or
+     `chart-claim` (the default: a PersistentVolumeClaim the chart creates). */}}
+{{- define "hookline.archiveVolume" -}}
+{{- $a := .Values.dlqSink.archive -}}
+{{- if $a.url -}}
+url
+{{- else if $a.existingClaim -}}
+{{- if $a.ephemeral -}}
+{{- fail "dlqSink.archive.existingClaim and dlqSink.archive.ephemeral exclude each other: drop one" -}}
+{{- end -}}
+existing-claim
+{{- else if $a.ephemeral -}}
+emptyDir
+{{- else -}}
+chart-claim
+{{- end -}}
+{{- end -}}
+
+{{- define "hookline.archiveClaimName" -}}
+{{- printf "%s-dlq-sink-archive" (include "hookline.fullname" .) -}}
+{{- end -}}

@@ -97,12 +97,17 @@ spec:
         defaultMode: 0440
     {{- end }}
     {{- if and (eq .key "dlqSink") (not $c.archive.url) }}
+    {{- $volume := include "hookline.archiveVolume" $root }}
     - name: archive
-      {{- if $c.archive.existingClaim }}
+      {{- if eq $volume "existing-claim" }}
       persistentVolumeClaim:
         claimName: {{ $c.archive.existingClaim }}
-      {{- else }}
+      {{- else if eq $volume "emptyDir" }}
+      # dlqSink.archive.ephemeral: lost with the pod (NOTES.txt warns).
       emptyDir: {}
+      {{- else }}
+      persistentVolumeClaim:
+        claimName: {{ include "hookline.archiveClaimName" $root }}
       {{- end }}
     {{- end }}
     {{- with $c.extraVolumes }}
