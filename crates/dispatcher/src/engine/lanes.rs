@@ -149,8 +149,9 @@ impl Engine {
     }
 
     /// Publishes who holds this replica's capacity, served at `/capacity`:
-    /// the promoted subscriptions (lane, since when), and the top holders by
-    /// buffered backlog and attempts in flight, by subscription and by tenant.
+    /// the promoted subscriptions (lane, since when), and the top 20
+    /// subscriptions and tenants by worker-seconds (then buffered records),
+    /// with their records buffered and attempts in flight.
     /// Ids appear here, never in metric labels.
     pub(super) fn publish_capacity(&self) {
         const TOP: usize = 20;
@@ -170,33 +171,42 @@ impl Engine {
                 })
             })
             .collect();
-        let holders = self.machine.holders();
-        let load = |(queued, in_flight): &(usize, usize)| queued + in_flight;
-        let mut subs: Vec<_> = holders.iter().collect();
-        subs.sort_by(|a, b| load(b.1).cmp(&load(a.1)).then(a.0.cmp(b.0)));
-        let subscriptions: Vec<serde_json::Value> = subs
+        // Worker-seconds are slot-held seconds charged by the fair share,
+        // decayed with a 60 s half-life (`hookline_core::Lanes::usage`).
+        let mut usage = self.machine.lanes().usage(now);
+        let weight = |ws: f64, buffered: usize| (ws, buffered);
+        usage.subscriptions.sort_by(|a, b| {
+            weight(b.worker_seconds, b.buffered_records)
+                .partial_cmp(&weight(a.worker_seconds, a.buffered_records))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        usage.tenants.sort_by(|a, b| {
+            weight(b.worker_seconds, b.buffered_records)
+                .partial_cmp(&weight(a.worker_seconds, a.buffered_records))
+                .unwrap_or(std::cmp::Ordering::Equal)
+        });
+        let subscriptions: Vec<serde_json::Value> = usage
+            .subscriptions
             .iter()
             .take(TOP)
-            .map(|((tenant, sub), (queued, in_flight))| {
+            .map(|u| {
                 serde_json::json!({
-                    "tenant_id": tenant, "subscription_id": sub,
-                    "buffered": queued, "in_flight": in_flight,
+                    "tenant_id": u.tenant_id, "subscription_id": u.subscription_id,
+                    "worker_seconds": u.worker_seconds,
+                    "buffered": u.buffered_records, "in_flight": u.in_flight,
                 })
             })
             .collect();
-        let mut by_tenant: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
-        for ((tenant, _), (queued, in_flight)) in &holders {
-            let t = by_tenant.entry(tenant.as_str()).or_default();
-            t.0 += queued;
-            t.1 += in_flight;
-        }
-        let mut by_tenant: Vec<_> = by_tenant.into_iter().collect();
-        by_tenant.sort_by(|a, b| load(&b.1).cmp(&load(&a.1)).then(a.0.cmp(b.0)));
-        let tenants: Vec<serde_json::Value> = by_tenant
+        let tenants: Vec<serde_json::Value> = usage
+            .tenants
             .iter()
             .take(TOP)
-            .map(|(tenant, (queued, in_flight))| {
-                serde_json::json!({"tenant_id": tenant, "buffered": queued, "in_flight": in_flight})
+            .map(|u| {
+                serde_json::json!({
+                    "tenant_id": u.tenant_id, "weight": u.weight,
+                    "worker_seconds": u.worker_seconds,
+                    "buffered": u.buffered_records, "in_flight": u.in_flight,
+                })
             })
             .collect();
         let report = serde_json::json!({

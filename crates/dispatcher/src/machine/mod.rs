@@ -447,26 +447,6 @@ impl Machine {
         }
     }
 
-    /// Per (tenant, subscription): records buffered and not started, and
-    /// attempts in flight — who holds this replica's capacity now.
-    pub(crate) fn holders(&self) -> HashMap<(String, String), (usize, usize)> {
-        let mut by: HashMap<(String, String), (usize, usize)> = HashMap::new();
-        for q in self.queued.values() {
-            let d = &q.delivery;
-            by.entry((d.tenant_id.clone(), d.subscription_id.clone()))
-                .or_default()
-                .0 += 1;
-        }
-        for run in self.running.values() {
-            if let Running::Attempt { delivery, .. } = run {
-                by.entry((delivery.tenant_id.clone(), delivery.subscription_id.clone()))
-                    .or_default()
-                    .1 += 1;
-            }
-        }
-        by
-    }
-
     /// The overflow lanes' state, for the gauges and the attribution table.
     pub(crate) fn overflow(&self) -> &Overflow {
         &self.overflow
