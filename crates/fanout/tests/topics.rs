@@ -159,8 +159,14 @@ async fn refuses_to_shrink_and_grows_only_when_asked() {
     let ProvisionError::Refused(reasons) = &err else {
         panic!("expected a refusal, got {err}")
     };
-    assert_eq!(reasons.len(), 1, "{reasons:?}");
-    assert!(reasons[0].contains("cannot remove partitions"), "{err}");
+    // deliveries, and each overflow lane, which follows its partition count.
+    assert_eq!(reasons.len(), 1 + topics.lanes().len(), "{reasons:?}");
+    assert!(
+        reasons
+            .iter()
+            .all(|r| r.contains("cannot remove partitions")),
+        "{err}"
+    );
 
     let err = run(&prefix, &["--set", "deliveries:partitions=4"])
         .await
@@ -181,8 +187,16 @@ async fn refuses_to_shrink_and_grows_only_when_asked() {
     )
     .await
     .unwrap();
-    assert!(matches!(&grown.actions[..],
-        [Action::AddPartitions { topic, from: 3, to: 4 }] if topic == topics.deliveries()));
+    // deliveries grows, and each lane with it.
+    assert_eq!(
+        grown.actions.len(),
+        1 + topics.lanes().len(),
+        "{:?}",
+        grown.actions
+    );
+    assert!(grown.actions.iter().all(|a| matches!(a,
+        Action::AddPartitions { topic, from: 3, to: 4 }
+            if topic == topics.deliveries() || topics.is_lane(topic))));
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(run(&prefix, &["--set", "deliveries:partitions=4"])
         .await
