@@ -1,5 +1,6 @@
 //! The dispatcher's fair scheduler: a record starts only when every cap allows it
-//! (subscription `max_in_flight`, tenant, global, retry share), each lane starts its
+//! (subscription `max_in_flight`, tenant, global, retry share, overflow share),
+//! each lane starts its
 //! records in push order, tenants take turns by deficit round robin charged in
 //! worker-seconds (the time each attempt held a slot, over the tenant's weight; see
 //! [`crate::fair`]) so a tenant with slow or many attempts never starves one with
@@ -28,6 +29,12 @@
 //! before a time ([`Lanes::defer`]): its slots are freed meanwhile, its buffer share
 //! stays held, and nothing behind it in its lane starts first. This is how a strict
 //! subscription's head waits out its backoff in place (`ordering = strict`).
+//!
+//! Records read back from an overflow lane topic (`Job::overflow`: a hot
+//! subscription's backlog moved out of `deliveries`) draw on their own share of
+//! the global slots, `overflow_share_percent`, as retries draw on theirs: however
+//! many subscriptions are promoted, together they never hold more of a replica's
+//! slots than that share, and the rest stays for everyone else.
 
 use std::collections::{hash_map::Entry, BTreeMap, HashMap, VecDeque};
 use std::time::SystemTime;
@@ -51,6 +58,8 @@ pub struct Job<P> {
     pub tenant_id: String,
     /// From a retry tier (counts against the retry share) rather than the ready queue.
     pub retry: bool,
+    /// From an overflow lane topic (counts against the overflow share).
+    pub overflow: bool,
     /// Memory held while buffered (payload size is a fine estimate).
     pub bytes: usize,
 }
@@ -96,6 +105,9 @@ pub struct LaneLimits {
     pub tenant_in_flight: u32,
     /// Retries may hold at most `ceil(global_in_flight × pct / 100)` slots (1..=100).
     pub retry_share_percent: u8,
+    /// Records of overflow lanes may hold at most
+    /// `ceil(global_in_flight × pct / 100)` slots (1..=100).
+    pub overflow_share_percent: u8,
     pub partition_records: usize,
     pub partition_bytes: usize,
     /// First attempts' budget: records held from non-retry partitions in all.
@@ -122,6 +134,7 @@ impl LaneLimits {
         global_in_flight: 256,
         tenant_in_flight: 32,
         retry_share_percent: 50,
+        overflow_share_percent: 50,
         partition_records: 5_000,
         partition_bytes: 32 << 20,
         total_records: 50_000,
@@ -142,8 +155,16 @@ impl LaneLimits {
 
     /// Slots retries may occupy: `ceil(global × share)`, at least 1.
     pub fn retry_slots(&self) -> u32 {
-        let slots =
-            (u64::from(self.global_in_flight) * u64::from(self.retry_share_percent)).div_ceil(100);
+        self.share_slots(self.retry_share_percent)
+    }
+
+    /// Slots records of overflow lanes may occupy: `ceil(global × share)`, at least 1.
+    pub fn overflow_slots(&self) -> u32 {
+        self.share_slots(self.overflow_share_percent)
+    }
+
+    fn share_slots(&self, percent: u8) -> u32 {
+        let slots = (u64::from(self.global_in_flight) * u64::from(percent)).div_ceil(100);
         u32::try_from(slots).unwrap_or(u32::MAX).max(1)
     }
 
@@ -164,11 +185,16 @@ impl LaneLimits {
                 requirement: "at least 1",
             });
         }
-        if !(1..=100).contains(&self.retry_share_percent) {
-            return Err(LaneError::InvalidLimit {
-                field: "retry_share_percent",
-                requirement: "between 1 and 100",
-            });
+        for (field, percent) in [
+            ("retry_share_percent", self.retry_share_percent),
+            ("overflow_share_percent", self.overflow_share_percent),
+        ] {
+            if !(1..=100).contains(&percent) {
+                return Err(LaneError::InvalidLimit {
+                    field,
+                    requirement: "between 1 and 100",
+                });
+            }
         }
         if !self.tenant_weights.valid() {
             return Err(LaneError::InvalidLimit {
@@ -241,6 +267,7 @@ struct InFlight {
     subscription: String,
     tenant: String,
     retry: bool,
+    overflow: bool,
     bytes: usize,
     /// Up to when its slot time has been charged (from its start).
     charged_until: SystemTime,
@@ -259,6 +286,7 @@ struct Held {
 pub struct Lanes<P> {
     limits: LaneLimits,
     retry_slots: u32,
+    overflow_slots: u32,
     lanes: HashMap<LaneId, Lane<P>>,
     /// Round-robin order of the tenants with queued lanes: exactly the accounts
     /// whose `lanes` is non-empty.
@@ -269,6 +297,7 @@ pub struct Lanes<P> {
     partitions: BTreeMap<P, PartitionState>,
     in_flight: BTreeMap<(P, i64), InFlight>,
     retry_in_flight: u32,
+    overflow_in_flight: u32,
     /// Held per class: `[first attempts, retries]`.
     held: [Held; 2],
     /// Rate-limited subscriptions' buckets. A bucket outlives its subscription's
@@ -295,6 +324,7 @@ impl<P: Ord + Clone> Lanes<P> {
         limits.validate()?;
         Ok(Self {
             retry_slots: limits.retry_slots(),
+            overflow_slots: limits.overflow_slots(),
             limits,
             lanes: HashMap::new(),
             ring: VecDeque::new(),
@@ -304,6 +334,7 @@ impl<P: Ord + Clone> Lanes<P> {
             partitions: BTreeMap::new(),
             in_flight: BTreeMap::new(),
             retry_in_flight: 0,
+            overflow_in_flight: 0,
             held: [Held::default(); 2],
             buckets: HashMap::new(),
             clock: None,
@@ -524,6 +555,9 @@ impl<P: Ord + Clone> Lanes<P> {
         if job.retry {
             self.retry_in_flight += 1;
         }
+        if job.overflow {
+            self.overflow_in_flight += 1;
+        }
         if let Some(part) = self.partitions.get_mut(&job.partition) {
             part.queued.remove(&job.offset);
         }
@@ -533,6 +567,7 @@ impl<P: Ord + Clone> Lanes<P> {
                 subscription: job.lane.subscription_id.clone(),
                 tenant: job.tenant_id.clone(),
                 retry: job.retry,
+                overflow: job.overflow,
                 bytes: job.bytes,
                 charged_until: now,
             },
@@ -608,6 +643,7 @@ impl<P: Ord + Clone> Lanes<P> {
         sub_ok
             && tenant < self.limits.tenant_in_flight
             && (!job.retry || self.retry_in_flight < self.retry_slots)
+            && (!job.overflow || self.overflow_in_flight < self.overflow_slots)
             && self
                 .buckets
                 .get(&job.lane.subscription_id)
@@ -738,6 +774,9 @@ impl<P: Ord + Clone> Lanes<P> {
         if info.retry {
             self.retry_in_flight -= 1;
         }
+        if info.overflow {
+            self.overflow_in_flight -= 1;
+        }
         self.partitions
             .entry(key.0.clone())
             .or_default()
@@ -789,6 +828,9 @@ impl<P: Ord + Clone> Lanes<P> {
         }
         if info.retry {
             self.retry_in_flight -= 1;
+        }
+        if info.overflow {
+            self.overflow_in_flight -= 1;
         }
         self.forget_idle_account(&info.tenant);
         self.release(&started.job.partition, 1, info.bytes);
@@ -960,6 +1002,12 @@ impl<P: Ord + Clone> Lanes<P> {
 
     pub fn retry_in_flight(&self) -> u32 {
         self.retry_in_flight
+    }
+
+    /// Started records of overflow lanes not yet completed (at most
+    /// [`LaneLimits::overflow_slots`]).
+    pub fn overflow_in_flight(&self) -> u32 {
+        self.overflow_in_flight
     }
 
     pub fn subscription_in_flight(&self, subscription_id: &str) -> u32 {

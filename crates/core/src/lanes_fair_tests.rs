@@ -28,6 +28,7 @@ fn limits(slots: u32, weights: &[(&str, f64)]) -> LaneLimits {
         global_in_flight: slots,
         tenant_in_flight: slots,
         retry_share_percent: 100,
+        overflow_share_percent: 100,
         partition_records: 1 << 20,
         partition_bytes: 1 << 30,
         total_records: 1 << 20,

@@ -51,6 +51,7 @@ fn limits() -> impl Strategy<Value = LaneLimits> {
                 global_in_flight: global,
                 tenant_in_flight: tenant,
                 retry_share_percent: pct,
+                overflow_share_percent: 100,
                 partition_records: pr,
                 partition_bytes: pb,
                 total_records: tr,
@@ -165,6 +166,7 @@ impl Model {
                         },
                         tenant_id: tenant_of(sub_id),
                         retry: *retry,
+                        overflow: false,
                         bytes: 0,
                     };
                     prop_assert!(!self.may_start(&head), "idle although {head:?} could start");

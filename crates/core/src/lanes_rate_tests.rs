@@ -20,6 +20,7 @@ fn job(partition: u8, offset: i64, sub: &str, tenant: &str, retry: bool) -> Job<
         },
         tenant_id: tenant.to_owned(),
         retry,
+        overflow: false,
         bytes: 1,
     }
 }
@@ -29,6 +30,7 @@ fn big() -> LaneLimits {
         global_in_flight: 1_000,
         tenant_in_flight: 1_000,
         retry_share_percent: 100,
+        overflow_share_percent: 100,
         partition_records: 1 << 20,
         partition_bytes: 1 << 30,
         total_records: 1 << 20,
@@ -212,6 +214,7 @@ fn limits() -> impl Strategy<Value = LaneLimits> {
         global_in_flight: global,
         tenant_in_flight: tenant,
         retry_share_percent: pct,
+        overflow_share_percent: 100,
         ..big()
     })
 }

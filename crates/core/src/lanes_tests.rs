@@ -26,6 +26,7 @@ pub(super) fn job(
         },
         tenant_id: tenant.to_owned(),
         retry,
+        overflow: false,
         bytes,
     }
 }
@@ -36,6 +37,7 @@ fn caps(global: u32, tenant: u32, retry_pct: u8) -> LaneLimits {
         global_in_flight: global,
         tenant_in_flight: tenant,
         retry_share_percent: retry_pct,
+        overflow_share_percent: 100,
         partition_records: 1 << 20,
         partition_bytes: 1 << 30,
         total_records: 1 << 20,
@@ -123,6 +125,20 @@ fn limits_validation_table() {
                 ..ok.clone()
             },
             None,
+        ),
+        (
+            LaneLimits {
+                overflow_share_percent: 0,
+                ..ok.clone()
+            },
+            Some("overflow_share_percent"),
+        ),
+        (
+            LaneLimits {
+                overflow_share_percent: 101,
+                ..ok.clone()
+            },
+            Some("overflow_share_percent"),
         ),
     ];
     for (limits, field) in cases {
@@ -311,6 +327,59 @@ fn first_attempts_not_blocked_by_retry_backlog() {
     assert_eq!(started, ids(&[("a", 0), ("a", 1), ("a", 2)]));
     assert_eq!(lanes.retry_in_flight(), 1);
     assert_eq!(lanes.queued_records(), 5);
+}
+
+#[test]
+fn overflow_lanes_together_hold_at_most_their_share_and_give_slots_back() {
+    // 10 slots, overflow share 30 %: 3 slots for records read from lanes.
+    let mut lanes = Lanes::new(LaneLimits {
+        overflow_share_percent: 30,
+        ..caps(10, 10, 100)
+    })
+    .unwrap();
+    assert_eq!(lanes.limits().overflow_slots(), 3);
+    let lane_job = |partition: u8, offset: i64, sub: &str, tenant: &str| Job {
+        overflow: true,
+        ..job(partition, offset, sub, tenant, false, 1)
+    };
+    // Three promoted subscriptions of three tenants, 5 records each.
+    for (p, (sub, tenant)) in [("w1", "a"), ("w2", "b"), ("w3", "c")].iter().enumerate() {
+        for offset in 0..5 {
+            let _ = lanes
+                .push(lane_job(10 + p as u8, offset, sub, tenant), 10, at(0))
+                .unwrap();
+        }
+    }
+    // A small tenant's first attempts, pushed after the whales' backlog.
+    for offset in 0..4 {
+        let _ = lanes
+            .push(job(0, offset, "small", "s", false, 1), 10, at(0))
+            .unwrap();
+    }
+    let started: Vec<_> = std::iter::from_fn(|| lanes.pop_ready()).collect();
+    let overflow = started.iter().filter(|s| s.job.overflow).count();
+    let small = started
+        .iter()
+        .filter(|s| s.job.lane.subscription_id == "small")
+        .count();
+    assert_eq!(overflow, 3, "lanes hold exactly their share");
+    assert_eq!(small, 4, "the rest of the slots stay for everyone else");
+    assert_eq!(lanes.overflow_in_flight(), 3);
+    // One lane record completes: its slot goes to the next lane record, and
+    // a deferred one gives its slot back too.
+    let done = started.iter().find(|s| s.job.overflow).unwrap();
+    lanes.complete(done).unwrap();
+    let next = lanes.pop_ready().unwrap();
+    assert!(next.job.overflow);
+    assert!(lanes.pop_ready().is_none());
+    lanes.defer(next, at(1_000)).unwrap();
+    assert_eq!(lanes.overflow_in_flight(), 2);
+    let again = lanes.pop_ready().unwrap();
+    assert!(
+        again.job.overflow,
+        "another lane's head takes the freed slot"
+    );
+    assert_eq!(lanes.overflow_in_flight(), 3);
 }
 
 #[test]

@@ -152,6 +152,12 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_OVERFLOW_DEMOTE_AFTER", default_value = "30s", value_parser = parse_duration)]
     pub overflow_demote_after: Duration,
 
+    /// Percentage of the global slots that records read back from overflow
+    /// lanes may hold together (1-100), however many subscriptions are
+    /// promoted: the rest stays for the partitions they were moved out of.
+    #[arg(long, env = "HOOKLINE_OVERFLOW_SHARE_PERCENT", default_value_t = LaneLimits::DEFAULT.overflow_share_percent)]
+    pub overflow_share_percent: u8,
+
     /// Retries' buffer, apart from first attempts': records buffered in all from
     /// the retry tiers, before every tier partition that adds more is paused.
     #[arg(
@@ -517,6 +523,7 @@ impl Config {
             global_in_flight: d.global_in_flight,
             tenant_in_flight: d.tenant_in_flight,
             retry_share_percent: d.retry_share_percent,
+            overflow_share_percent: d.overflow_share_percent,
             partition_records: d.partition_buffer_records,
             partition_bytes: d.partition_buffer_bytes,
             total_records: d.buffer_records,
@@ -528,7 +535,7 @@ impl Config {
         };
         lanes.validate().map_err(|e| {
             bad(
-                "--global-in-flight, --tenant-in-flight, --retry-share-percent, --*buffer-*",
+                "--global-in-flight, --tenant-in-flight, --retry-share-percent, --overflow-share-percent, --*buffer-*",
                 e.to_string(),
             )
         })?;
@@ -932,6 +939,10 @@ mod tests {
             ),
             (&["--global-in-flight", "0"], "--global-in-flight"),
             (&["--retry-share-percent", "0"], "--retry-share-percent"),
+            (
+                &["--overflow-share-percent", "101"],
+                "--overflow-share-percent",
+            ),
             (&["--tls-extra-ca", "/nonexistent/ca.pem"], "--tls-extra-ca"),
             (&["--max-attempts", "0"], "--max-attempts"),
             (&["--max-age", "0s"], "--max-age"),

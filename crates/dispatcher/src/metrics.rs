@@ -180,8 +180,10 @@ pub(crate) fn paused(reason: &'static str, consumer: &'static str) {
 /// The engine's gauges, set on every tick.
 pub(crate) struct Gauges {
     pub in_flight: usize,
-    /// `(class, attempts)`: `first_attempt` (from `deliveries`) and `retry` (from a tier).
-    pub in_flight_by_class: [(&'static str, usize); 2],
+    /// `(class, attempts)`: `first_attempt` (from `deliveries` and
+    /// `deliveries.strict`), `retry` (from a tier) and `overflow` (from an
+    /// overflow lane).
+    pub in_flight_by_class: [(&'static str, usize); 3],
     pub lanes: usize,
     pub rate_limited: usize,
     pub buffered: usize,

@@ -97,10 +97,14 @@ impl Engine {
             })
             .collect();
         let lanes = self.machine.lanes();
-        let (first_attempts, retries) = self.machine.running_attempts_by_class();
+        let (first_attempts, retries, overflow) = self.machine.running_attempts_by_class();
         metrics::gauges(&metrics::Gauges {
             in_flight: self.machine.running_attempts(),
-            in_flight_by_class: [("first_attempt", first_attempts), ("retry", retries)],
+            in_flight_by_class: [
+                ("first_attempt", first_attempts),
+                ("retry", retries),
+                ("overflow", overflow),
+            ],
             lanes: lanes.lane_count(),
             rate_limited: lanes.rate_limited_subscriptions(),
             buffered: lanes.buffered_records(),

@@ -469,6 +469,7 @@ impl Machine {
             },
             tenant_id: delivery.tenant_id.clone(),
             retry: self.inputs[usize::from(part.input)].retry(),
+            overflow: self.inputs[usize::from(part.input)].lane.is_some(),
             bytes: delivery.payload.len(),
         };
         let settings = dir.settings(&delivery.subscription_id);
@@ -765,22 +766,19 @@ impl Machine {
             .count()
     }
 
-    /// Attempts in flight by class: `(first attempts, retries)`, a retry being
-    /// a record of a tier (it draws on the retry share).
-    pub(crate) fn running_attempts_by_class(&self) -> (usize, usize) {
-        let mut by_class = (0, 0);
+    /// Attempts in flight by class: `(first attempts, retries, overflow)`, a
+    /// retry being a record of a tier (it draws on the retry share), overflow
+    /// one read back from an overflow lane (it draws on the overflow share).
+    pub(crate) fn running_attempts_by_class(&self) -> (usize, usize, usize) {
+        let mut by_class = (0, 0, 0);
         for (key, run) in &self.running {
             if !matches!(run, Running::Attempt { .. }) {
                 continue;
             }
-            let retry = self
-                .inputs
-                .get(usize::from(key.0.input))
-                .is_some_and(Input::retry);
-            if retry {
-                by_class.1 += 1;
-            } else {
-                by_class.0 += 1;
+            match self.inputs.get(usize::from(key.0.input)) {
+                Some(input) if input.retry() => by_class.1 += 1,
+                Some(input) if input.lane.is_some() => by_class.2 += 1,
+                _ => by_class.0 += 1,
             }
         }
         by_class

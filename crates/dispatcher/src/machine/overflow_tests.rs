@@ -42,6 +42,7 @@ fn machine(lanes: usize) -> Machine {
         global_in_flight: 64,
         tenant_in_flight: 64,
         retry_share_percent: 50,
+        overflow_share_percent: 50,
         partition_records: 10,
         partition_bytes: 1 << 20,
         total_records: 10_000,
@@ -155,6 +156,11 @@ fn promotion_moves_the_queued_records_in_order_and_frees_the_partition() {
     for _ in 0..10 {
         let started = start(&mut m, t(1_000), &dir);
         assert_eq!(started.len(), 1, "one at a time");
+        assert_eq!(
+            m.running_attempts_by_class().2,
+            1,
+            "a lane's record draws on the overflow share"
+        );
         order.push(started[0]);
         m.complete(started[0], Finished::Durable);
     }

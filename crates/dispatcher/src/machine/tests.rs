@@ -104,6 +104,7 @@ fn machine(partition_records: usize) -> Machine {
         global_in_flight: 64,
         tenant_in_flight: 64,
         retry_share_percent: 50,
+        overflow_share_percent: 50,
         partition_records,
         partition_bytes: 1 << 20,
         total_records: 10_000,
@@ -238,7 +239,7 @@ fn an_attempt_with_a_follow_up_frees_its_slot_but_not_its_offset() {
     assert_eq!(m.running_attempts(), 1);
     assert_eq!(
         m.running_attempts_by_class(),
-        (1, 0),
+        (1, 0, 0),
         "a pending write is no attempt"
     );
     m.complete((D, 0), Finished::Durable);
@@ -809,10 +810,10 @@ fn attempts_in_flight_are_counted_by_class() {
     push(&mut m, R, 0, &delivery("b", t(0)), t(0), &dir);
     let started = start(&mut m, t(10), &dir);
     assert_eq!(started.len(), 3, "{started:?}");
-    assert_eq!(m.running_attempts_by_class(), (2, 1));
+    assert_eq!(m.running_attempts_by_class(), (2, 1, 0));
     m.complete((R, 0), Finished::Durable);
     m.complete((D, 0), Finished::Durable);
-    assert_eq!(m.running_attempts_by_class(), (1, 0));
+    assert_eq!(m.running_attempts_by_class(), (1, 0, 0));
     assert_eq!(m.running_attempts(), 1);
 }
 
