@@ -25,6 +25,11 @@ impl Input {
         self.tier.is_some()
     }
 
+    /// An overflow lane: its records count against the overflow share.
+    pub(crate) fn overflow(&self) -> bool {
+        self.lane.is_some()
+    }
+
     /// `deliveries` itself: the ready queue records are moved out of.
     pub(crate) fn is_source(&self) -> bool {
         self.tier.is_none() && !self.strict && self.lane.is_none()

@@ -469,7 +469,7 @@ impl Machine {
             },
             tenant_id: delivery.tenant_id.clone(),
             retry: self.inputs[usize::from(part.input)].retry(),
-            overflow: self.inputs[usize::from(part.input)].lane.is_some(),
+            overflow: self.inputs[usize::from(part.input)].overflow(),
             bytes: delivery.payload.len(),
         };
         let settings = dir.settings(&delivery.subscription_id);
@@ -777,7 +777,7 @@ impl Machine {
             }
             match self.inputs.get(usize::from(key.0.input)) {
                 Some(input) if input.retry() => by_class.1 += 1,
-                Some(input) if input.lane.is_some() => by_class.2 += 1,
+                Some(input) if input.overflow() => by_class.2 += 1,
                 _ => by_class.0 += 1,
             }
         }
