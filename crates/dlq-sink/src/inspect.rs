@@ -330,25 +330,9 @@ where
     R: AsRef<[String]>,
 {
     let rows: Vec<R> = body.collect();
-    let mut widths: Vec<usize> = header.as_ref().iter().map(String::len).collect();
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row.as_ref()) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    let line = |cells: &[String]| {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_owned()
-    };
-    writeln!(out, "{}", line(header.as_ref()))?;
-    for row in &rows {
-        writeln!(out, "{}", line(row.as_ref()))?;
-    }
-    Ok(())
+    write!(
+        out,
+        "{}",
+        hookline_runtime::table::aligned(header.as_ref(), &rows)
+    )
 }

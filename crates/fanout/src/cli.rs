@@ -641,26 +641,7 @@ fn print_table(
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.len());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        cells
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_owned()
-    };
-    writeln!(out, "{}", line(header.to_vec()))?;
-    for row in &rows {
-        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
-    }
+    write!(out, "{}", hookline_runtime::table::aligned(&header, &rows))?;
     Ok(())
 }
 

@@ -12,8 +12,6 @@
 //! stage's topics lets its start-up check see a topic whose settings would
 //! lose data (without it the check is skipped with a warning).
 
-use std::fmt::Write as _;
-
 use clap::{Args, ValueEnum};
 use hookline_envelope::{Topics, DEFAULT_RETRY_TIERS};
 
@@ -534,30 +532,7 @@ pub fn table(rows: &[(String, Acl)]) -> String {
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |row: &[&str]| {
-        let mut l = String::new();
-        for (i, (c, w)) in row.iter().zip(widths).enumerate() {
-            if i + 1 == row.len() {
-                l.push_str(c);
-            } else {
-                let _ = write!(l, "{c:<w$}  ");
-            }
-        }
-        out.push_str(l.trim_end());
-        out.push('\n');
-    };
-    line(&header);
-    for row in &cells {
-        line(&row.iter().map(String::as_str).collect::<Vec<_>>());
-    }
-    out
+    crate::table::aligned(&header, &cells)
 }
 
 /// One `kafka-acls.sh --add` line per row.

@@ -16,6 +16,7 @@ pub mod server;
 pub mod shutdown;
 pub mod signing;
 pub mod subscriptions;
+pub mod table;
 pub mod telemetry;
 pub mod topic_check;
 
