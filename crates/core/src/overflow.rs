@@ -1,22 +1,23 @@
-//! When a subscription is moved to an overflow lane, and when it comes back: the
+//! When a key is moved to an overflow lane, and when it comes back: the
 //! promotion controller of the dispatcher's isolation (DESIGN §4). Pure state,
-//! time passed in.
+//! time passed in. The dispatcher's key is a tenant on one partition of
+//! `deliveries` (the unit of isolation).
 //!
 //! Fairness reorders only what a replica has fetched, and a Kafka partition is
-//! FIFO: once one subscription's backlog on a partition is larger than the
+//! FIFO: once one tenant's backlog on a partition is larger than the
 //! partition's buffer, every tenant behind it on that partition waits for its
-//! endpoint. So a subscription whose buffered backlog on a partition stays at
-//! or above [`OverflowSettings::promote_records`] for
+//! endpoint. So a key whose buffered backlog stays at or above
+//! [`OverflowSettings::promote_records`] for
 //! [`promote_after`](OverflowSettings::promote_after) is *promoted*: the
 //! dispatcher moves its records of that partition to an overflow lane topic,
 //! and the partition behind it keeps flowing. It is demoted when its backlog
 //! stays at or below [`demote_records`](OverflowSettings::demote_records) for
 //! [`demote_after`](OverflowSettings::demote_after). Both thresholds and both
-//! times are hysteresis: a bursty subscription does not flap.
+//! times are hysteresis: a bursty tenant does not flap.
 //!
 //! Guarantees (tested below):
-//! - at most [`lanes`](OverflowSettings::lanes) (subscription, partition) pairs
-//!   are promoted at once; when more qualify, the largest backlogs go first and
+//! - at most [`lanes`](OverflowSettings::lanes) keys are promoted at once;
+//!   when more qualify, the largest backlogs go first and
 //!   [`Promotions::waiting`] counts the rest (the ceiling alert);
 //! - a promotion needs the backlog high at every observation for the whole
 //!   `promote_after`, a demotion needs it low for the whole `demote_after`;
@@ -31,15 +32,15 @@ use std::{
 /// The promotion controller's thresholds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OverflowSettings {
-    /// Most subscriptions (per partition they are promoted on) promoted at
+    /// Most keys (tenants, per partition they are promoted on) promoted at
     /// once in one replica; 0 turns overflow off.
     pub lanes: usize,
-    /// Backlog (records buffered, not started) at or above which a
-    /// subscription is promoted once it has stayed there `promote_after`.
+    /// Backlog (records buffered, not started) at or above which a key is
+    /// promoted once it has stayed there `promote_after`.
     pub promote_records: usize,
     pub promote_after: Duration,
-    /// Backlog at or below which a promoted subscription is demoted once it
-    /// has stayed there `demote_after`.
+    /// Backlog at or below which a promoted key is demoted once it has
+    /// stayed there `demote_after`.
     pub demote_records: usize,
     pub demote_after: Duration,
 }
@@ -89,7 +90,7 @@ struct State {
     crossed_since: Option<SystemTime>,
 }
 
-/// Which keys (e.g. (partition, subscription)) are promoted.
+/// Which keys (e.g. (partition, tenant)) are promoted.
 #[derive(Debug, Clone)]
 pub struct Promotions<K> {
     settings: OverflowSettings,

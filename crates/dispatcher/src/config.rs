@@ -127,15 +127,16 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_BUFFER_BYTES", default_value_t = LaneLimits::DEFAULT.total_bytes)]
     pub buffer_bytes: usize,
 
-    /// Most subscriptions promoted to an overflow lane at once (each on one
+    /// Most tenants promoted to an overflow lane at once (each on one
     /// partition of `deliveries`), 0 to 8; 0 turns overflow off. A promoted
-    /// subscription's records move to `deliveries.lane-N`, so the partition
-    /// behind it keeps flowing whatever its backlog.
+    /// tenant's records move to `deliveries.lane-N`, so the partition behind
+    /// it keeps flowing whatever its backlog.
     #[arg(long, env = "HOOKLINE_OVERFLOW_LANES", default_value_t = OverflowSettings::DEFAULT.lanes)]
     pub overflow_lanes: usize,
 
-    /// A subscription's records buffered and not started on one partition at
-    /// or above which (for `--overflow-promote-after`) it is promoted.
+    /// A tenant's records buffered and not started on one partition (all its
+    /// subscriptions together) at or above which (for
+    /// `--overflow-promote-after`) it is promoted.
     #[arg(long, env = "HOOKLINE_OVERFLOW_PROMOTE_RECORDS", default_value_t = OverflowSettings::DEFAULT.promote_records)]
     pub overflow_promote_records: usize,
 
@@ -143,7 +144,7 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_OVERFLOW_PROMOTE_AFTER", default_value = "1s", value_parser = parse_duration)]
     pub overflow_promote_after: Duration,
 
-    /// A promoted subscription's backlog at or below which (for
+    /// A promoted tenant's backlog at or below which (for
     /// `--overflow-demote-after`) it is demoted.
     #[arg(long, env = "HOOKLINE_OVERFLOW_DEMOTE_RECORDS", default_value_t = OverflowSettings::DEFAULT.demote_records)]
     pub overflow_demote_records: usize,
@@ -153,8 +154,8 @@ pub struct DispatcherArgs {
     pub overflow_demote_after: Duration,
 
     /// Percentage of the global slots that records read back from overflow
-    /// lanes may hold together (1-100), however many subscriptions are
-    /// promoted: the rest stays for the partitions they were moved out of.
+    /// lanes may hold together (1-100), however many tenants are promoted:
+    /// the rest stays for the partitions they were moved out of.
     #[arg(long, env = "HOOKLINE_OVERFLOW_SHARE_PERCENT", default_value_t = LaneLimits::DEFAULT.overflow_share_percent)]
     pub overflow_share_percent: u8,
 

@@ -439,7 +439,7 @@ impl LaneAssignFailed<'_> {
 /// A subscription promoted to, or demoted from, an overflow lane.
 pub(crate) struct OverflowChanged<'a> {
     pub partition: i32,
-    pub subscription_id: &'a str,
+    pub tenant_id: &'a str,
     pub lane: usize,
     pub promoted: bool,
 }
@@ -447,11 +447,11 @@ pub(crate) struct OverflowChanged<'a> {
 impl OverflowChanged<'_> {
     pub(crate) fn emit(self) {
         if self.promoted {
-            tracing::info!(partition = self.partition, subscription_id = %self.subscription_id, lane = self.lane,
-                "subscription promoted: its records of this partition move to an overflow lane");
+            tracing::info!(partition = self.partition, tenant_id = %self.tenant_id, lane = self.lane,
+                "tenant promoted: its records of this partition move to an overflow lane");
         } else {
-            tracing::info!(partition = self.partition, subscription_id = %self.subscription_id, lane = self.lane,
-                "subscription demoted: its records of this partition are buffered in place again");
+            tracing::info!(partition = self.partition, tenant_id = %self.tenant_id, lane = self.lane,
+                "tenant demoted: its records of this partition are buffered in place again");
         }
         metrics::overflow_change(self.promoted);
     }

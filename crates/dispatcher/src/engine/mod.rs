@@ -710,12 +710,12 @@ fn emit(note: Note, topics: &[String]) {
         .emit(),
         Note::Overflow {
             partition,
-            subscription_id,
+            tenant_id,
             lane,
             promoted,
         } => events::OverflowChanged {
             partition,
-            subscription_id: &subscription_id,
+            tenant_id: &tenant_id,
             lane,
             promoted,
         }

@@ -39,7 +39,7 @@ mod overflow_tests;
 mod tests;
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeSet, HashMap},
     time::{Duration, SystemTime},
 };
 
@@ -149,11 +149,11 @@ pub(crate) enum Note {
         subscription_id: String,
         transition: Transition,
     },
-    /// A subscription was promoted to (or demoted from) an overflow lane on a
+    /// A tenant was promoted to (or demoted from) an overflow lane on a
     /// partition of `deliveries`.
     Overflow {
         partition: i32,
-        subscription_id: String,
+        tenant_id: String,
         lane: usize,
         promoted: bool,
     },
@@ -363,10 +363,7 @@ impl Machine {
             }
         }
         let ordered = dir.settings(&delivery.subscription_id).max_in_flight <= 1;
-        if let Some(lane) = self
-            .overflow
-            .route(part, &delivery.subscription_id, ordered)
-        {
+        if let Some(lane) = self.overflow.route(part, &delivery.tenant_id, ordered) {
             self.start_move((part, offset));
             self.overflow.moving((part, offset), lane);
             return Intake::Move { lane };
@@ -396,10 +393,10 @@ impl Machine {
         self.overflow.eof(part);
     }
 
-    /// Periodic: the promotion controller sees each subscription's backlog per
+    /// Periodic: the promotion controller sees each tenant's backlog per
     /// partition of `deliveries` (queued records of `deliveries` and of the
-    /// lanes); a subscription promoted now has its queued records of
-    /// `deliveries` withdrawn from the lanes and moved, in order.
+    /// lanes); a tenant promoted now has its queued records of `deliveries`
+    /// withdrawn from the lanes and moved, in source order.
     pub(crate) fn observe_backlog(&mut self, now: SystemTime) {
         if self.overflow.source().is_none() {
             return;
@@ -408,19 +405,19 @@ impl Machine {
         for ((part, _), q) in &self.queued {
             if let Some(partition) = self.overflow.backlog_partition(*part) {
                 *backlog
-                    .entry((partition, q.delivery.subscription_id.clone()))
+                    .entry((partition, q.delivery.tenant_id.clone()))
                     .or_default() += 1;
             }
         }
         for change in self.overflow.observe(backlog, now) {
-            let (promoted, (partition, subscription_id)) = match change {
+            let (promoted, (partition, tenant_id)) = match change {
                 Change::Promote(hot) => (true, hot),
                 Change::Demote(hot) => (false, hot),
             };
-            let lane = self.overflow.lane_for(&subscription_id);
+            let lane = self.overflow.lane_for(&tenant_id);
             self.notes.push(Note::Overflow {
                 partition,
-                subscription_id: subscription_id.clone(),
+                tenant_id: tenant_id.clone(),
                 lane,
                 promoted,
             });
@@ -431,7 +428,18 @@ impl Machine {
                 continue;
             };
             let part = Part { input, partition };
-            for offset in self.lanes.withdraw(&part, &subscription_id) {
+            let subscriptions: BTreeSet<String> = self
+                .queued
+                .iter()
+                .filter(|((p, _), q)| *p == part && q.delivery.tenant_id == tenant_id)
+                .map(|(_, q)| q.delivery.subscription_id.clone())
+                .collect();
+            let mut offsets: Vec<i64> = subscriptions
+                .iter()
+                .flat_map(|sub| self.lanes.withdraw(&part, sub))
+                .collect();
+            offsets.sort_unstable();
+            for offset in offsets {
                 let key = (part, offset);
                 let Some(queued) = self.queued.remove(&key) else {
                     continue;

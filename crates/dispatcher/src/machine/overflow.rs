@@ -2,17 +2,23 @@
 //! are moved to a lane topic instead of being buffered, and when a lane is
 //! known to hold nothing older of a subscription than what `deliveries` holds.
 //!
+//! The unit promoted is a *tenant* on one partition of `deliveries`, as the
+//! tenant is the unit of isolation (and of fairness): a tenant whose backlog
+//! fills a partition's buffer is moved aside however many subscriptions it
+//! spreads that backlog over. (Counting by subscription would miss a tenant of
+//! eight subscriptions with 625 records each in a 5,000-record buffer.)
+//!
 //! A record moved from partition `p` of `deliveries` goes to partition `p` of
-//! lane `Topics::lane_of(subscription)`, in the transaction that commits its
-//! source offset (a hand-off like a retry: never lost, never doubled). The
-//! replica that owns `deliveries` partition `p` also reads partition `p` of
-//! every lane (`engine/lanes.rs` assigns them with it), so both FIFOs of a
-//! subscription feed the same lane of `hookline_core::Lanes` in this replica.
+//! lane `Topics::lane_of(tenant)`, in the transaction that commits its source
+//! offset (a hand-off like a retry: never lost, never doubled). The replica
+//! that owns `deliveries` partition `p` also reads partition `p` of every lane
+//! (`engine/lanes.rs` assigns them with it), so both FIFOs of a subscription
+//! feed the same lane of `hookline_core::Lanes` in this replica.
 //!
 //! Order for `max_in_flight = 1` (first attempts start in event order) holds
 //! across promotion and demotion because a subscription's records enter the
-//! scheduler in source order: once promoted, *all* its records of the
-//! partition go to the lane (its queued ones are withdrawn and moved, in
+//! scheduler in source order: once its tenant is promoted, *all* its records
+//! of the partition go to the lane (its queued ones are withdrawn and moved, in
 //! order, behind anything it already has there); after demotion, an ordered
 //! subscription's records keep going to the lane until the lane partition is
 //! *in sync* — every record this replica moved there has been fetched back
@@ -50,7 +56,7 @@ impl LaneSync {
     }
 }
 
-/// A (partition of `deliveries`, subscription) the controller promotes.
+/// A (partition of `deliveries`, tenant) the controller promotes.
 pub(crate) type Hot = (i32, String);
 
 /// The overflow state of one machine.
@@ -110,15 +116,15 @@ impl Overflow {
         })
     }
 
-    /// Where a fetched record of `deliveries` goes: `Some(lane)` to be moved
-    /// there, `None` to be buffered here. `ordered`: its subscription starts
-    /// one at a time (`max_in_flight = 1`).
-    pub(crate) fn route(&self, part: Part, subscription_id: &str, ordered: bool) -> Option<usize> {
+    /// Where a fetched record of `deliveries` of `tenant_id` goes:
+    /// `Some(lane)` to be moved there, `None` to be buffered here. `ordered`:
+    /// its subscription starts one at a time (`max_in_flight = 1`).
+    pub(crate) fn route(&self, part: Part, tenant_id: &str, ordered: bool) -> Option<usize> {
         if !self.is_source(part) {
             return None;
         }
-        let lane = self.lane_for(subscription_id);
-        let hot = (part.partition, subscription_id.to_owned());
+        let lane = self.lane_for(tenant_id);
+        let hot = (part.partition, tenant_id.to_owned());
         if self.promotions.is_promoted(&hot) {
             return Some(lane);
         }
@@ -129,9 +135,9 @@ impl Overflow {
         (ordered && !in_sync).then_some(lane)
     }
 
-    /// The lane a subscription moves to.
-    pub(crate) fn lane_for(&self, subscription_id: &str) -> usize {
-        Topics::lane_of(subscription_id, self.lanes.len())
+    /// The lane a tenant's records move to.
+    pub(crate) fn lane_for(&self, tenant_id: &str) -> usize {
+        Topics::lane_of(tenant_id, self.lanes.len())
     }
 
     /// A move of `key` to `lane` was handed off.
@@ -184,7 +190,7 @@ impl Overflow {
     }
 
     /// One observation of the backlog (records buffered and not started, from
-    /// `deliveries` and the lanes, by partition and subscription).
+    /// `deliveries` and the lanes, by partition and tenant).
     pub(crate) fn observe(
         &mut self,
         backlog: HashMap<Hot, usize>,
@@ -203,7 +209,7 @@ impl Overflow {
         self.source
     }
 
-    /// Promoted (partition, subscription) pairs, and since when.
+    /// Promoted (partition, tenant) pairs, and since when.
     pub(crate) fn promoted(&self) -> impl Iterator<Item = (&Hot, std::time::SystemTime)> {
         self.promotions.iter_promoted()
     }
@@ -212,7 +218,7 @@ impl Overflow {
         self.promotions.promoted()
     }
 
-    /// Subscriptions that qualified for a lane and found none free.
+    /// Tenants that qualified for a lane and found none free.
     pub(crate) fn waiting(&self) -> usize {
         self.promotions.waiting()
     }

@@ -1,13 +1,16 @@
 //! Overflow lanes in the machine, without a broker: promotion moves a hot
-//! subscription's queued records (in order) and frees its partition; the
-//! partition behind it keeps flowing; an ordered subscription's records enter
-//! the scheduler in source order across promotion, demotion and reassignment.
+//! tenant's queued records (in order) and frees its partition; the partition
+//! behind it keeps flowing; an ordered subscription's records enter the
+//! scheduler in source order across promotion, demotion and reassignment.
+//!
+//! Each subscription `x` here belongs to tenant `x-co`, unless a test says
+//! otherwise with [`push_of`].
 
 use std::time::Duration;
 
 use hookline_core::{BreakerSettings, Ladder, LaneLimits, OverflowSettings};
 
-use super::tests::{delivery, start, t, Dir};
+use super::tests::{start, t, tenant_delivery, Dir};
 use super::{Action, GateAction, Intake, Machine, Note};
 use crate::{attempt::Finished, part::Input, part::Key, part::Part};
 
@@ -16,8 +19,14 @@ const D: Part = Part {
     partition: 0,
 };
 
+/// The tenant of subscription `sub` in these tests.
+fn tenant_of(sub: &str) -> String {
+    format!("{sub}-co")
+}
+
+/// Partition 0 of the lane of `sub`'s tenant.
 fn lane_part(m: &Machine, sub: &str) -> Part {
-    let lane = m.overflow().lane_for(sub);
+    let lane = m.overflow().lane_for(&tenant_of(sub));
     m.overflow().lane_part(lane, 0).unwrap()
 }
 
@@ -83,7 +92,12 @@ fn machine(lanes: usize) -> Machine {
 }
 
 fn push(m: &mut Machine, part: Part, offset: i64, sub: &str, dir: &Dir) -> Intake {
-    m.on_record(part, offset, (Some(&delivery(sub, t(0))), None), t(0), dir)
+    push_of(m, part, offset, &tenant_of(sub), sub, dir)
+}
+
+fn push_of(m: &mut Machine, part: Part, offset: i64, tenant: &str, sub: &str, dir: &Dir) -> Intake {
+    let record = tenant_delivery(tenant, sub, t(0), b"{}");
+    m.on_record(part, offset, (Some(&record), None), t(0), dir)
 }
 
 /// Offsets the machine moved (Action::Move), in order.
@@ -118,7 +132,7 @@ fn promotion_moves_the_queued_records_in_order_and_frees_the_partition() {
     assert_eq!(moves(&mut m), (1..10).map(|o| (D, o)).collect::<Vec<_>>());
     assert!(m.take_notes().iter().any(|n| matches!(
         n,
-        Note::Overflow { promoted: true, subscription_id, .. } if subscription_id == "w"
+        Note::Overflow { promoted: true, tenant_id, .. } if tenant_id == "w-co"
     )));
     m.on_tick();
     assert!(
@@ -270,4 +284,49 @@ fn the_ceiling_holds_and_lanes_zero_moves_nothing() {
     m.observe_backlog(t(0));
     m.observe_backlog(t(10_000));
     assert!(moves(&mut m).is_empty());
+}
+
+/// The unit promoted is the tenant: a whale spreading its backlog over four
+/// subscriptions, none of them at the threshold alone, is moved as one, in
+/// source order, to its tenant's lane; another tenant on the partition stays.
+#[test]
+fn a_tenant_is_promoted_by_its_whole_backlog_however_many_subscriptions_share_it() {
+    let dir = Dir::with(&[
+        ("w1", 1, true),
+        ("w2", 4, true),
+        ("w3", 4, true),
+        ("w4", 4, true),
+        ("s", 4, true),
+    ]);
+    let mut m = machine(2);
+    let mut whale_offsets = Vec::new();
+    for offset in 0..9 {
+        if offset == 4 {
+            let _ = push_of(&mut m, D, offset, "small-co", "s", &dir);
+            continue;
+        }
+        let sub = ["w1", "w2", "w3", "w4"][usize::try_from(offset % 4).unwrap()];
+        assert!(matches!(
+            push_of(&mut m, D, offset, "whale-co", sub, &dir),
+            Intake::Queued
+        ));
+        whale_offsets.push((D, offset));
+    }
+    m.observe_backlog(t(0));
+    m.observe_backlog(t(1_000));
+    assert_eq!(moves(&mut m), whale_offsets, "all of the whale, in order");
+    let promoted: Vec<_> = m.overflow().promoted().map(|(k, _)| k.clone()).collect();
+    assert_eq!(promoted, vec![(0, "whale-co".to_owned())]);
+    // Its later records move to its tenant's lane, whichever subscription;
+    // the small tenant's stay.
+    let lane = m.overflow().lane_for("whale-co");
+    assert!(matches!(
+        push_of(&mut m, D, 9, "whale-co", "w3", &dir),
+        Intake::Move { lane: l } if l == lane
+    ));
+    assert!(matches!(
+        push_of(&mut m, D, 10, "small-co", "s", &dir),
+        Intake::Queued
+    ));
+    assert_eq!(start(&mut m, t(1_000), &dir), vec![(D, 4), (D, 10)]);
 }

@@ -130,10 +130,20 @@ pub(super) fn delivery(subscription: &str, due: SystemTime) -> Vec<u8> {
 }
 
 fn delivery_of(subscription: &str, due: SystemTime, payload: &[u8]) -> Vec<u8> {
+    tenant_delivery("t", subscription, due, payload)
+}
+
+/// A delivery of `tenant`'s `subscription`.
+pub(super) fn tenant_delivery(
+    tenant: &str,
+    subscription: &str,
+    due: SystemTime,
+    payload: &[u8],
+) -> Vec<u8> {
     encode(&Delivery {
         delivery_id: format!("d-{subscription}-{}", epoch_ms(due)),
         event_id: "e".into(),
-        tenant_id: "t".into(),
+        tenant_id: tenant.into(),
         subscription_id: subscription.into(),
         event_type: "order.created".into(),
         occurred_at: epoch_ms(t(0)),
