@@ -12,6 +12,7 @@
 mod attempt;
 mod attempt_log;
 mod backlog;
+pub mod capacity;
 pub mod config;
 mod consumer;
 mod engine;

@@ -1,8 +1,9 @@
-//! `hookline-dispatcher`: parses flags and environment, sets up logging, runs.
+//! `hookline-dispatcher`: parses flags and environment, sets up logging, and
+//! runs the service or the `capacity` command.
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 
 /// hookline dispatcher: signed webhook deliveries with retries and dead letters.
 #[derive(Debug, Parser)]
@@ -10,6 +11,15 @@ use clap::Parser;
 struct Cli {
     #[command(flatten)]
     config: hookline_dispatcher::Config,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Who holds the replicas' capacity: promoted overflow lanes, and the top
+    /// tenants and subscriptions by worker-seconds or backlog (reads `/capacity`).
+    Capacity(hookline_dispatcher::capacity::CapacityArgs),
 }
 
 #[tokio::main]
@@ -23,6 +33,12 @@ async fn main() -> ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     let common = &cli.config.common;
+    if let Some(Command::Capacity(args)) = cli.command {
+        hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
+        let mut stdout = std::io::stdout().lock();
+        hookline_dispatcher::capacity::run(&args, &mut stdout).await?;
+        return Ok(());
+    }
     hookline_runtime::telemetry::init_logging(&common.log, common.log_format)?;
     let signals = hookline_runtime::shutdown::on_signals();
     let stage = hookline_dispatcher::run(cli.config, signals.token());

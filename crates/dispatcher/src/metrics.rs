@@ -112,7 +112,7 @@ pub(crate) fn moved(lane: usize) {
     metrics::counter!(m::DISPATCHER_OVERFLOW_MOVED, label::LANE => lane_label(lane)).increment(1);
 }
 
-/// A subscription promoted to, or demoted from, an overflow lane.
+/// A tenant promoted to, or demoted from, an overflow lane.
 pub(crate) fn overflow_change(promoted: bool) {
     let change = if promoted { "promoted" } else { "demoted" };
     metrics::counter!(m::DISPATCHER_OVERFLOW_CHANGES, label::CHANGE => change).increment(1);

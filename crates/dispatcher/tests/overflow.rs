@@ -231,3 +231,113 @@ async fn a_whale_20x_the_buffer_moves_to_a_lane_and_the_small_tenant_waits_for_n
     // And never two at once.
     assert_eq!(env.receiver.max_in_flight("/ordered"), 1);
 }
+
+/// Runs `hookline-dispatcher capacity` with `args`: (success, stdout, stderr).
+async fn capacity(args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
+        .arg("capacity")
+        .args(args)
+        .output()
+        .await
+        .expect("run hookline-dispatcher capacity");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Attribution without tenant labels on metrics: while a whale is promoted,
+/// `hookline-dispatcher capacity` (reading the replica's `/capacity`) names
+/// the promoted subscription with its lane, and ranks the whale's tenant
+/// first; a replica that cannot be read is listed and fails the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capacity_names_the_promoted_whale_and_who_holds_the_slots() {
+    let env = Env::new("overflow-capacity", 1).await;
+    let mut whale = env.subscription("whale-sub", "whale-co", "/whale", "one");
+    whale.max_in_flight = 2;
+    let small = env.subscription("small-sub", "small-co", "/small", "one");
+    for sub in [&whale, &small] {
+        env.put(sub).await;
+    }
+    env.receiver
+        .set("/whale", Behaviour::status(204).delay(SLOW));
+    env.receiver.set("/small", Behaviour::status(204));
+    let backlog: Vec<Delivery> = (0..400).map(|n| delivery(&whale, n)).collect();
+    env.publish(&backlog).await;
+    env.publish(&[delivery(&small, 0)]).await;
+
+    let logs = tempfile::tempdir().unwrap();
+    let buffer = BUFFER.to_string();
+    let stage = env
+        .spawn_stage(
+            &[
+                "--partition-buffer-records",
+                &buffer,
+                "--overflow-promote-records",
+                "10",
+                "--overflow-demote-records",
+                "2",
+                "--overflow-promote-after",
+                "300ms",
+            ],
+            &logs.path().join("dispatcher.log"),
+        )
+        .await;
+    let from = stage.addr().to_string();
+
+    // The report is refreshed every second: wait for the promotion to show.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let fleet = loop {
+        // Until the engine's first report (a second after it starts), the
+        // replica answers 404 and the command lists it as unreachable.
+        let (ok, out, err) = capacity(&["--from", &from, "--json"]).await;
+        let fleet: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let promoted = fleet["replicas"][0]["overflow"]["promoted"].as_array();
+        if ok && promoted.is_some_and(|p| p.iter().any(|p| p["tenant_id"] == "whale-co")) {
+            break fleet;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the whale was never reported promoted: {out} {err}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let replica = &fleet["replicas"][0];
+    assert_eq!(replica["from"], from.as_str());
+    assert_eq!(replica["overflow"]["ceiling"], 8);
+    let promoted = &replica["overflow"]["promoted"][0];
+    assert_eq!(promoted["partition"], 0);
+    let lane = format!(
+        "lane-{}",
+        hookline_envelope::Topics::lane_of("whale-co", hookline_envelope::OVERFLOW_LANES)
+    );
+    assert_eq!(promoted["lane"], lane.as_str());
+    let top = &fleet["top_tenants"][0];
+    assert_eq!(top["tenant_id"], "whale-co", "{fleet}");
+    assert!(top["worker_seconds"].as_f64().unwrap() > 0.0, "{fleet}");
+    assert!(
+        top["buffered"].as_u64().unwrap() + top["in_flight"].as_u64().unwrap() > 0,
+        "{fleet}"
+    );
+    assert_eq!(
+        fleet["top_subscriptions"][0]["subscription_id"],
+        "whale-sub"
+    );
+
+    // The table, and a second replica that does not answer.
+    let (ok, out, err) = capacity(&["--from", &format!("{from},127.0.0.1:1")]).await;
+    assert!(!ok, "an unreadable replica must fail the command:\n{out}");
+    assert!(err.contains("1 of 2 replicas could not be read"), "{err}");
+    assert!(out.contains("127.0.0.1:1  UNREACHABLE"), "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("whale-co") && l.contains(&lane))
+        .unwrap_or_else(|| panic!("no promoted row in:\n{out}"));
+    assert!(row.starts_with(&from), "{row}");
+    assert!(out.contains("TOP TENANTS"), "{out}");
+
+    let (ok, _, err) = capacity(&["--from", "https://127.0.0.1:1"]).await;
+    assert!(!ok && err.contains("only http://"), "{err}");
+    stage.stop().await.unwrap();
+}

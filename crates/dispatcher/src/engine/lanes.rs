@@ -148,77 +148,31 @@ impl Engine {
         );
     }
 
-    /// Publishes who holds this replica's capacity, served at `/capacity`:
-    /// the promoted subscriptions (lane, since when), and the top 20
-    /// subscriptions and tenants by worker-seconds (then buffered records),
-    /// with their records buffered and attempts in flight.
-    /// Ids appear here, never in metric labels.
+    /// Publishes who holds this replica's capacity, served at `/capacity`
+    /// and read by `hookline-dispatcher capacity` ([`crate::capacity`]).
     pub(super) fn publish_capacity(&self) {
-        const TOP: usize = 20;
         let now = SystemTime::now();
-        let ms = |t: SystemTime| hookline_core::epoch::millis(t);
         let overflow = self.machine.overflow();
-        let promoted: Vec<serde_json::Value> = overflow
+        let promoted = overflow
             .promoted()
-            .map(|((partition, sub), since)| {
-                let lane = overflow.lane_for(sub);
-                serde_json::json!({
-                    "partition": partition,
-                    "subscription_id": sub,
-                    "lane": crate::metrics::lane_label(lane),
-                    "since_ms": ms(since),
-                    "for_s": now.duration_since(since).unwrap_or_default().as_secs(),
-                })
+            .map(|((partition, tenant), since)| crate::capacity::Promoted {
+                partition: *partition,
+                tenant_id: tenant.clone(),
+                lane: crate::metrics::lane_label(overflow.lane_for(tenant)).to_owned(),
+                since_ms: hookline_core::epoch::millis(since),
+                for_s: now.duration_since(since).unwrap_or_default().as_secs(),
             })
             .collect();
-        // Worker-seconds are slot-held seconds charged by the fair share,
-        // decayed with a 60 s half-life (`hookline_core::Lanes::usage`).
-        let mut usage = self.machine.lanes().usage(now);
-        let weight = |ws: f64, buffered: usize| (ws, buffered);
-        usage.subscriptions.sort_by(|a, b| {
-            weight(b.worker_seconds, b.buffered_records)
-                .partial_cmp(&weight(a.worker_seconds, a.buffered_records))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        usage.tenants.sort_by(|a, b| {
-            weight(b.worker_seconds, b.buffered_records)
-                .partial_cmp(&weight(a.worker_seconds, a.buffered_records))
-                .unwrap_or(std::cmp::Ordering::Equal)
-        });
-        let subscriptions: Vec<serde_json::Value> = usage
-            .subscriptions
-            .iter()
-            .take(TOP)
-            .map(|u| {
-                serde_json::json!({
-                    "tenant_id": u.tenant_id, "subscription_id": u.subscription_id,
-                    "worker_seconds": u.worker_seconds,
-                    "buffered": u.buffered_records, "in_flight": u.in_flight,
-                })
-            })
-            .collect();
-        let tenants: Vec<serde_json::Value> = usage
-            .tenants
-            .iter()
-            .take(TOP)
-            .map(|u| {
-                serde_json::json!({
-                    "tenant_id": u.tenant_id, "weight": u.weight,
-                    "worker_seconds": u.worker_seconds,
-                    "buffered": u.buffered_records, "in_flight": u.in_flight,
-                })
-            })
-            .collect();
-        let report = serde_json::json!({
-            "at_ms": ms(now),
-            "overflow": {
-                "ceiling": overflow.ceiling(),
-                "promoted": promoted,
-                "waiting": overflow.waiting(),
-            },
-            "top_subscriptions": subscriptions,
-            "top_tenants": tenants,
-        });
-        self.health.set_report("capacity", report.to_string());
+        let report = crate::capacity::Report::new(
+            now,
+            promoted,
+            overflow.ceiling(),
+            overflow.waiting(),
+            self.machine.lanes().usage(now),
+        );
+        match serde_json::to_string(&report) {
+            Ok(json) => self.health.set_report("capacity", json),
+            Err(e) => tracing::warn!(error = %e, "the capacity report could not be written"),
+        }
     }
 }

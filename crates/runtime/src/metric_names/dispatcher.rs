@@ -81,11 +81,11 @@ pub const DISPATCHER_DEAD_LETTERS: &str = "hookline_dispatcher_dead_letters_tota
 /// How long after its `due_at` a retry was attempted, by tier.
 pub const DISPATCHER_RETRY_LATENESS: &str = "hookline_dispatcher_retry_lateness_seconds";
 
-/// (Partition, subscription) pairs promoted to an overflow lane on this replica.
+/// (Partition, tenant) pairs promoted to an overflow lane on this replica.
 pub const DISPATCHER_OVERFLOW_PROMOTED: &str = "hookline_dispatcher_overflow_promoted";
 /// The most that may be promoted at once (`--overflow-lanes`).
 pub const DISPATCHER_OVERFLOW_CEILING: &str = "hookline_dispatcher_overflow_ceiling";
-/// Subscriptions whose backlog qualifies for a lane while every lane is taken.
+/// Tenants whose backlog qualifies for a lane while every lane is taken.
 pub const DISPATCHER_OVERFLOW_WAITING: &str = "hookline_dispatcher_overflow_waiting";
 /// Records moved from `deliveries` to an overflow lane, by lane.
 pub const DISPATCHER_OVERFLOW_MOVED: &str = "hookline_dispatcher_overflow_moved_total";
