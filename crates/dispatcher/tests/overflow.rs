@@ -21,8 +21,18 @@ use common::{delivery, now_ms, Env};
 use hookline_envelope::Delivery;
 use hookline_testkit::receiver::Behaviour;
 
-/// The partition buffer, and the whale's backlog: 20× it.
-const BUFFER: usize = 50;
+/// Every dispatcher here: a partition buffer of 50 records (the whale's
+/// backlog below is 20× it), and promotion at 10 records for 500 ms.
+const LANE_FLAGS: [&str; 8] = [
+    "--partition-buffer-records",
+    "50",
+    "--overflow-promote-records",
+    "10",
+    "--overflow-demote-records",
+    "2",
+    "--overflow-promote-after",
+    "500ms",
+];
 const ORDERED: usize = 150;
 const WIDE: usize = 850;
 /// How long the whale's endpoint takes to answer.
@@ -52,19 +62,9 @@ impl Drop for Dispatcher {
 }
 
 fn spawn(env: &Env) -> Dispatcher {
-    let buffer = BUFFER.to_string();
-    let args = env.args(&[
-        "--group-session-timeout",
-        "6s",
-        "--partition-buffer-records",
-        &buffer,
-        "--overflow-promote-records",
-        "10",
-        "--overflow-demote-records",
-        "2",
-        "--overflow-promote-after",
-        "500ms",
-    ]);
+    let mut flags = vec!["--group-session-timeout", "6s"];
+    flags.extend(LANE_FLAGS);
+    let args = env.args(&flags);
     Dispatcher(
         Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
             .args(&args[1..])
@@ -268,21 +268,8 @@ async fn capacity_names_the_promoted_whale_and_who_holds_the_slots() {
     env.publish(&[delivery(&small, 0)]).await;
 
     let logs = tempfile::tempdir().unwrap();
-    let buffer = BUFFER.to_string();
     let stage = env
-        .spawn_stage(
-            &[
-                "--partition-buffer-records",
-                &buffer,
-                "--overflow-promote-records",
-                "10",
-                "--overflow-demote-records",
-                "2",
-                "--overflow-promote-after",
-                "300ms",
-            ],
-            &logs.path().join("dispatcher.log"),
-        )
+        .spawn_stage(&LANE_FLAGS, &logs.path().join("dispatcher.log"))
         .await;
     let from = stage.addr().to_string();
 
