@@ -23,9 +23,9 @@ pub(crate) enum Hold {
     /// The lanes' buffer for the partition (or the total buffer) is full;
     /// released when the lanes report it below its low water.
     Buffer,
-    /// Too many writes of the partition are pending (quarantined records and
-    /// attempts' follow-ups not yet in a transaction); released at half of
-    /// [`PARTITION_PENDING_CAP`](crate::handoff::PARTITION_PENDING_CAP).
+    /// Too many writes of the partition are pending (quarantined records,
+    /// moves and attempts' follow-ups not yet in a transaction), in records or
+    /// bytes; released when both are at half of their [`WriteCap`].
     Writes,
     /// A tier partition's head is not due; released at its due time.
     NotDue,
@@ -71,11 +71,20 @@ struct Rewind {
     again: bool,
 }
 
+/// The pending writes of one partition at which it is paused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WriteCap {
+    pub(crate) records: usize,
+    /// Bytes of the records those writes hold (their payloads).
+    pub(crate) bytes: usize,
+}
+
 #[derive(Debug, Default)]
 struct Entry {
     buffer: bool,
-    /// Writes pending (quarantined records, follow-ups).
+    /// Writes pending (quarantined records, moves, follow-ups), and their bytes.
     writes_pending: usize,
+    writes_bytes: usize,
     writes: bool,
     rewind: Option<Rewind>,
     /// What we last asked of librdkafka: paused or fetching.
@@ -88,12 +97,12 @@ pub(crate) struct Gate {
     parts: BTreeMap<Part, Entry>,
     /// Heads not yet due, by partition: the `NotDue` reason.
     timers: DueTimers<Part>,
-    writes_cap: usize,
+    writes_cap: WriteCap,
     generation: u64,
 }
 
 impl Gate {
-    pub(crate) fn new(writes_cap: usize) -> Self {
+    pub(crate) fn new(writes_cap: WriteCap) -> Self {
         Self {
             parts: BTreeMap::new(),
             timers: DueTimers::new(),
@@ -160,27 +169,31 @@ impl Gate {
         }
     }
 
-    /// A write of `part` became pending (a quarantined record, a follow-up).
-    pub(crate) fn write_started(&mut self, part: Part, out: &mut Vec<GateAction>) {
+    /// A write of `part` holding `bytes` became pending (a quarantined
+    /// record, a move, a follow-up).
+    pub(crate) fn write_started(&mut self, part: Part, bytes: usize, out: &mut Vec<GateAction>) {
         let cap = self.writes_cap;
         let Some(e) = self.parts.get_mut(&part) else {
             return;
         };
         e.writes_pending += 1;
-        if e.writes_pending >= cap && !e.writes {
+        e.writes_bytes = e.writes_bytes.saturating_add(bytes);
+        if (e.writes_pending >= cap.records || e.writes_bytes >= cap.bytes) && !e.writes {
             e.writes = true;
             self.pause(part, Hold::Writes, out);
         }
     }
 
-    /// A pending write of `part` went into a transaction (or was abandoned).
-    pub(crate) fn write_ended(&mut self, part: Part, out: &mut Vec<GateAction>) {
+    /// A pending write of `part` holding `bytes` went into a transaction (or
+    /// was abandoned).
+    pub(crate) fn write_ended(&mut self, part: Part, bytes: usize, out: &mut Vec<GateAction>) {
         let cap = self.writes_cap;
         let Some(e) = self.parts.get_mut(&part) else {
             return;
         };
         e.writes_pending = e.writes_pending.saturating_sub(1);
-        if e.writes && e.writes_pending <= cap / 2 {
+        e.writes_bytes = e.writes_bytes.saturating_sub(bytes);
+        if e.writes && e.writes_pending <= cap.records / 2 && e.writes_bytes <= cap.bytes / 2 {
             e.writes = false;
             self.maybe_resume(part, out);
         }

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proptest::prelude::*;
 
-use super::gate::{Gate, GateAction, Hold};
+use super::gate::{Gate, GateAction, Hold, WriteCap};
 use crate::part::Part;
 
 const P: Part = Part {
@@ -15,13 +15,18 @@ const P: Part = Part {
     partition: 3,
 };
 const CAP: usize = 4;
+/// Bytes never bind in the tests of the records cap.
+const RECORDS_ONLY: WriteCap = WriteCap {
+    records: CAP,
+    bytes: usize::MAX,
+};
 
 fn t(ms: u64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs(1_700_000_000) + Duration::from_millis(ms)
 }
 
 fn assigned() -> Gate {
-    let mut gate = Gate::new(CAP);
+    let mut gate = Gate::new(RECORDS_ONLY);
     let mut out = Vec::new();
     gate.assign(P, &mut out);
     assert_eq!(out, vec![GateAction::Resume(P)]);
@@ -34,7 +39,7 @@ fn hold(gate: &mut Gate, reason: Hold, out: &mut Vec<GateAction>) -> Option<u64>
         Hold::Buffer => gate.hold_buffer(P, out),
         Hold::Writes => {
             for _ in 0..CAP {
-                gate.write_started(P, out);
+                gate.write_started(P, 1, out);
             }
         }
         // A head not due asks for a rewind: both reasons at once.
@@ -55,7 +60,7 @@ fn release(gate: &mut Gate, reason: Hold, generation: Option<u64>, out: &mut Vec
         Hold::Buffer => gate.release_buffer(P, out),
         Hold::Writes => {
             for _ in 0..CAP - CAP / 2 {
-                gate.write_ended(P, out);
+                gate.write_ended(P, 1, out);
             }
         }
         Hold::NotDue => gate.due(t(1_000), out),
@@ -149,10 +154,10 @@ fn quarantine_holds_from_the_cap_until_half() {
     let mut gate = assigned();
     let mut out = Vec::new();
     for _ in 0..CAP - 1 {
-        gate.write_started(P, &mut out);
+        gate.write_started(P, 1, &mut out);
     }
     assert!(out.is_empty(), "below the cap: {out:?}");
-    gate.write_started(P, &mut out);
+    gate.write_started(P, 1, &mut out);
     assert_eq!(
         out,
         vec![GateAction::Pause {
@@ -161,9 +166,9 @@ fn quarantine_holds_from_the_cap_until_half() {
         }]
     );
     out.clear();
-    gate.write_ended(P, &mut out);
+    gate.write_ended(P, 1, &mut out);
     assert!(out.is_empty(), "above half: {out:?}");
-    gate.write_ended(P, &mut out);
+    gate.write_ended(P, 1, &mut out);
     assert_eq!(out, vec![GateAction::Resume(P)]);
 }
 
@@ -229,7 +234,7 @@ fn assignment_resumes_and_forgets_every_reason() {
     gate.hold_buffer(P, &mut out);
     gate.hold_until(P, 7, t(500), &mut out);
     for _ in 0..CAP {
-        gate.write_started(P, &mut out);
+        gate.write_started(P, 1, &mut out);
     }
     assert!(gate.is_held(P));
     out.clear();
@@ -296,12 +301,12 @@ proptest! {
                 Op::HoldBuffer => { gate.hold_buffer(P, &mut out); model.buffer = true; }
                 Op::ReleaseBuffer => { gate.release_buffer(P, &mut out); model.buffer = false; }
                 Op::QuarantineStarted => {
-                    gate.write_started(P, &mut out);
+                    gate.write_started(P, 1, &mut out);
                     model.pending += 1;
                     model.quarantine |= model.pending >= CAP;
                 }
                 Op::QuarantineEnded => {
-                    gate.write_ended(P, &mut out);
+                    gate.write_ended(P, 1, &mut out);
                     model.pending = model.pending.saturating_sub(1);
                     model.quarantine &= model.pending > CAP / 2;
                 }
@@ -349,4 +354,35 @@ proptest! {
             }
         }
     }
+}
+
+/// The bytes bound holds a partition on its own (a few large records) and
+/// releases it only when records and bytes are both at half.
+#[test]
+fn pending_bytes_hold_the_partition_until_records_and_bytes_are_at_half() {
+    let mut gate = Gate::new(WriteCap {
+        records: 100,
+        bytes: 1_000,
+    });
+    let mut out = Vec::new();
+    gate.assign(P, &mut out);
+    out.clear();
+    gate.write_started(P, 600, &mut out);
+    assert!(!gate.holds(P, Hold::Writes));
+    gate.write_started(P, 400, &mut out);
+    assert!(gate.holds(P, Hold::Writes), "1,000 bytes pending");
+    assert_eq!(
+        out,
+        vec![GateAction::Pause {
+            part: P,
+            reason: Hold::Writes
+        }]
+    );
+    out.clear();
+    gate.write_ended(P, 400, &mut out);
+    assert!(gate.holds(P, Hold::Writes), "600 bytes are above half");
+    gate.write_started(P, 10, &mut out);
+    gate.write_ended(P, 600, &mut out);
+    assert!(!gate.holds(P, Hold::Writes));
+    assert_eq!(out, vec![GateAction::Resume(P)]);
 }

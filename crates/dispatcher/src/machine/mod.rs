@@ -55,6 +55,7 @@ use gate::Gate;
 pub(crate) use gate::GateAction;
 #[cfg(test)]
 pub(crate) use gate::Hold;
+pub(crate) use gate::WriteCap;
 pub(crate) use overflow::Hot;
 use overflow::Overflow;
 
@@ -208,8 +209,9 @@ enum Running {
         probe: bool,
     },
     /// A write pending: the quarantine record of a record that is not a
-    /// `Delivery`, or the follow-up of an ended attempt (its lane slot freed).
-    Write,
+    /// `Delivery`, a move to an overflow lane, or the follow-up of an ended
+    /// attempt (its lane slot freed); `bytes`: what it holds, for the gate.
+    Write { bytes: usize },
 }
 
 /// Counts for the gauges.
@@ -334,10 +336,7 @@ impl Machine {
         let delivery: Delivery = match decode_value(payload) {
             Ok(d) => d,
             Err(unusable) => {
-                self.running.insert((part, offset), Running::Write);
-                let mut out = Vec::new();
-                self.gate.write_started(part, &mut out);
-                self.gate_actions(out);
+                self.start_write((part, offset), payload.map_or(0, <[u8]>::len));
                 return Intake::Quarantine(unusable);
             }
         };
@@ -354,17 +353,14 @@ impl Machine {
                     return Intake::NotDue;
                 }
                 Release::Repark { tier } => {
-                    self.running.insert((part, offset), Running::Write);
-                    let mut out = Vec::new();
-                    self.gate.write_started(part, &mut out);
-                    self.gate_actions(out);
+                    self.start_write((part, offset), delivery.payload.len());
                     return Intake::Repark { tier };
                 }
             }
         }
         let ordered = dir.settings(&delivery.subscription_id).max_in_flight <= 1;
         if let Some(lane) = self.overflow.route(part, &delivery.tenant_id, ordered) {
-            self.start_move((part, offset));
+            self.start_write((part, offset), delivery.payload.len());
             self.overflow.moving((part, offset), lane);
             return Intake::Move { lane };
         }
@@ -373,11 +369,12 @@ impl Machine {
         Intake::Queued
     }
 
-    /// A move of `key` is a pending write, like a quarantined record.
-    fn start_move(&mut self, key: Key) {
-        self.running.insert(key, Running::Write);
+    /// `key` becomes a pending write holding `bytes` (a quarantined record, a
+    /// move, a re-park), until its transaction finishes it.
+    fn start_write(&mut self, key: Key, bytes: usize) {
+        self.running.insert(key, Running::Write { bytes });
         let mut out = Vec::new();
-        self.gate.write_started(key.0, &mut out);
+        self.gate.write_started(key.0, bytes, &mut out);
         self.gate_actions(out);
     }
 
@@ -444,7 +441,7 @@ impl Machine {
                 let Some(queued) = self.queued.remove(&key) else {
                     continue;
                 };
-                self.start_move(key);
+                self.start_write(key, queued.delivery.payload.len());
                 self.overflow.moving(key, lane);
                 self.actions.push(Action::Move {
                     key,
@@ -522,14 +519,15 @@ impl Machine {
         let Some(run) = self.running.get(&key) else {
             return;
         };
-        if !matches!(run, Running::Attempt { .. }) {
+        let Running::Attempt { delivery, .. } = run else {
             return;
-        }
-        if let Some(run) = self.running.insert(key, Running::Write) {
+        };
+        let bytes = delivery.payload.len();
+        if let Some(run) = self.running.insert(key, Running::Write { bytes }) {
             self.release(key, &run);
         }
         let mut out = Vec::new();
-        self.gate.write_started(key.0, &mut out);
+        self.gate.write_started(key.0, bytes, &mut out);
         self.gate_actions(out);
     }
 
@@ -669,9 +667,9 @@ impl Machine {
                     );
                 }
             }
-            Running::Write => {
+            Running::Write { bytes } => {
                 let mut out = Vec::new();
-                self.gate.write_ended(key.0, &mut out);
+                self.gate.write_ended(key.0, *bytes, &mut out);
                 self.gate_actions(out);
             }
         }

@@ -124,9 +124,6 @@ impl Machine {
             self.notes
                 .push(Note::LanesRefusedCompletion(error.to_string()));
         }
-        self.running.insert(key, Running::Write);
-        let mut out = Vec::new();
-        self.gate.write_started(key.0, &mut out);
-        self.gate_actions(out);
+        self.start_write(key, started.job.bytes);
     }
 }
