@@ -26,6 +26,9 @@ use crate::{config::CommonArgs, RuntimeError};
 /// producer is given up and re-created.
 const RETRIABLE_TRIES: u32 = 10;
 
+/// How long one [`flush`] step waits for a delivery report.
+const FLUSH_STEP: Duration = Duration::from_millis(1);
+
 /// How a transaction failed.
 #[derive(Debug)]
 pub enum TxnError {
@@ -162,6 +165,7 @@ impl Transactor {
                     retrying(|| producer.send_offsets_to_transaction(tpl, group, timeout))?;
                 }
             }
+            flush(&producer, timeout)?;
             retrying(|| producer.commit_transaction(timeout))
         })
         .await
@@ -273,6 +277,27 @@ pub fn default_transactional_id(group: &str, common: &CommonArgs) -> String {
 /// a prefixed TransactionalId ACL grants (`hookline-fanout acls`).
 pub fn transactional_id_prefix(group: &str) -> String {
     format!("{group}-")
+}
+
+/// Waits until every record sent in the open transaction is acknowledged,
+/// in [`FLUSH_STEP`]s, so that `commit_transaction` finds nothing in flight.
+///
+/// rdkafka's `commit_transaction` flushes first, and its `flush` (since
+/// fede1024/rust-rdkafka#777) checks with `rd_kafka_flush(0)` and, while
+/// anything is in flight, polls the producer's queue for up to 100 ms before
+/// checking again. The `FutureProducer`'s own thread polls that queue too and
+/// usually takes the delivery report, so that poll sat out its 100 ms: every
+/// transaction whose records were still in flight at the commit (nearly
+/// all) took 100 ms longer, and a `read_committed` reader waited for it.
+fn flush(producer: &FutureProducer, timeout: Duration) -> KafkaResult<()> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match producer.flush(FLUSH_STEP) {
+            Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut))
+                if std::time::Instant::now() < deadline => {}
+            other => return other,
+        }
+    }
 }
 
 /// Runs a blocking transactional call, repeating it while librdkafka says the
