@@ -222,19 +222,35 @@ impl Transactor {
     }
 }
 
+/// Settings of every transactional producer that `-X` may override.
+///
+/// `retry.backoff.ms`: a transaction begun right after the previous one's
+/// commit is answered CONCURRENT_TRANSACTIONS by the coordinator while it
+/// still writes that commit's markers (a few ms). librdkafka retries
+/// `AddPartitionsToTxn` after a fixed 20 ms, but `AddOffsetsToTxn` after
+/// `retry.backoff.ms`, 100 ms by default ("Retrying AddOffsetsToTxnRequest
+/// ... in 100ms" in the debug log): the transaction and every record in it
+/// waited that long (the Java client cut the same backoff to 20 ms,
+/// KAFKA-5477). librdkafka doubles it per retry up to `retry.backoff.max.ms`,
+/// set to its default here so the pair is visibly consistent; a broker that
+/// stays away is still retried at up to 1 s.
+const TRANSACTIONAL_DEFAULTS: &[(&str, &str)] =
+    &[("retry.backoff.ms", "5"), ("retry.backoff.max.ms", "1000")];
+
 async fn create(common: &CommonArgs, spec: &TxnSpec) -> Result<FutureProducer, RuntimeError> {
-    let producer: FutureProducer = super::producer_config(common, spec.client_id)?
-        .set("transactional.id", &spec.transactional_id)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("linger.ms", spec.linger.as_millis().to_string())
-        .set("compression.type", "lz4")
-        .set(
-            "transaction.timeout.ms",
-            spec.transaction_timeout.as_millis().to_string(),
-        )
-        .create()
-        .map_err(|e| RuntimeError::kafka("creating the transactional producer", e))?;
+    let producer: FutureProducer =
+        super::producer_config_with(common, spec.client_id, TRANSACTIONAL_DEFAULTS)?
+            .set("transactional.id", &spec.transactional_id)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", spec.linger.as_millis().to_string())
+            .set("compression.type", "lz4")
+            .set(
+                "transaction.timeout.ms",
+                spec.transaction_timeout.as_millis().to_string(),
+            )
+            .create()
+            .map_err(|e| RuntimeError::kafka("creating the transactional producer", e))?;
     let timeout = spec.call_timeout;
     let p = producer.clone();
     tokio::task::spawn_blocking(move || p.init_transactions(timeout))
