@@ -165,7 +165,7 @@ impl Transactor {
                     retrying(|| producer.send_offsets_to_transaction(tpl, group, timeout))?;
                 }
             }
-            flush(&producer, timeout)?;
+            flush(&producer, timeout);
             retrying(|| producer.commit_transaction(timeout))
         })
         .await
@@ -295,8 +295,10 @@ pub fn transactional_id_prefix(group: &str) -> String {
     format!("{group}-")
 }
 
-/// Waits until every record sent in the open transaction is acknowledged,
-/// in [`FLUSH_STEP`]s, so that `commit_transaction` finds nothing in flight.
+/// Waits until every record sent in the open transaction is acknowledged
+/// (checked every [`FLUSH_STEP`], without polling), so that
+/// `commit_transaction` finds nothing in flight; at `timeout` it leaves the
+/// rest to `commit_transaction`'s own flush.
 ///
 /// rdkafka's `commit_transaction` flushes first, and its `flush` (since
 /// fede1024/rust-rdkafka#777) checks with `rd_kafka_flush(0)` and, while
@@ -305,14 +307,14 @@ pub fn transactional_id_prefix(group: &str) -> String {
 /// usually takes the delivery report, so that poll sat out its 100 ms: every
 /// transaction whose records were still in flight at the commit (nearly
 /// all) took 100 ms longer, and a `read_committed` reader waited for it.
-fn flush(producer: &FutureProducer, timeout: Duration) -> KafkaResult<()> {
+/// Calling `flush` with a short timeout in a loop instead spins: each call
+/// wakes every broker thread, and one that finds its deadline passed returns
+/// at once (measured: 4–16 times the CPU under load). The producer's thread
+/// serves the delivery reports; this only reads the queue's length.
+fn flush(producer: &FutureProducer, timeout: Duration) {
     let deadline = std::time::Instant::now() + timeout;
-    loop {
-        match producer.flush(FLUSH_STEP) {
-            Err(KafkaError::Flush(RDKafkaErrorCode::OperationTimedOut))
-                if std::time::Instant::now() < deadline => {}
-            other => return other,
-        }
+    while producer.in_flight_count() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(FLUSH_STEP);
     }
 }
 
