@@ -146,7 +146,10 @@ impl FanoutLoop {
                 // back read_committed readers within seconds; batches take ms.
                 transaction_timeout: Duration::from_secs(20),
                 call_timeout: config.fanout.txn_timeout,
-                linger: Duration::from_millis(5),
+                // A batch's records are all sent before its commit, which
+                // then waits for them: lingering only delays the commit (the
+                // dispatcher's transactional producer lingers 1 ms too).
+                linger: Duration::from_millis(1),
             },
         )
         .await?;

@@ -61,12 +61,36 @@ pub fn producer_config(common: &CommonArgs, client_id: &str) -> Result<ClientCon
     client_config_for(common, client_id, ClientKind::Producer)
 }
 
+/// [`producer_config`] with `defaults` set before the passthrough, so that
+/// an operator's `-X` of the same key wins over them.
+pub fn producer_config_with(
+    common: &CommonArgs,
+    client_id: &str,
+    defaults: &[(&str, &str)],
+) -> Result<ClientConfig, RuntimeError> {
+    let mut config = ClientConfig::new();
+    for (key, value) in defaults {
+        config.set(*key, *value);
+    }
+    overlay(config, common, client_id, ClientKind::Producer)
+}
+
 fn client_config_for(
     common: &CommonArgs,
     client_id: &str,
     kind: ClientKind,
 ) -> Result<ClientConfig, RuntimeError> {
-    let mut config = ClientConfig::new();
+    overlay(ClientConfig::new(), common, client_id, kind)
+}
+
+/// Sets bootstrap servers and client id on `config`, then the passthrough
+/// for `kind`.
+fn overlay(
+    mut config: ClientConfig,
+    common: &CommonArgs,
+    client_id: &str,
+    kind: ClientKind,
+) -> Result<ClientConfig, RuntimeError> {
     config
         .set("bootstrap.servers", &common.brokers)
         .set("client.id", client_id);
@@ -306,5 +330,17 @@ mod tests {
             "max.poll.interval.ms=60000",
         ]);
         assert!(check_group_flags(&longer_session).is_err());
+    }
+
+    #[test]
+    fn a_producers_defaults_yield_to_the_passthrough() {
+        let defaults = [("retry.backoff.ms", "5"), ("linger.ms", "1")];
+        let plain = producer_config_with(&common(&[]), "p", &defaults).unwrap();
+        assert_eq!(plain.get("retry.backoff.ms"), Some("5"));
+        assert_eq!(plain.get("client.id"), Some("p"));
+        let set = common(&["-X", "retry.backoff.ms=250", "--producer-X", "linger.ms=9"]);
+        let over = producer_config_with(&set, "p", &defaults).unwrap();
+        assert_eq!(over.get("retry.backoff.ms"), Some("250"));
+        assert_eq!(over.get("linger.ms"), Some("9"));
     }
 }

@@ -46,7 +46,10 @@ pub struct Spec {
     /// Extra dlq-sink flags.
     pub sink_args: Vec<String>,
     /// `--log` filter of every stage (the harness reads the ops address from
-    /// `hookline_runtime::ops`' info line, so keep that).
+    /// `hookline_runtime::ops`' info line, so keep that). Extended by
+    /// `HOOKLINE_STAGE_LOG` when set, to look into a run (with
+    /// `HOOKLINE_KEEP_DIRS=1` to keep the logs): `librdkafka=debug` with
+    /// `HOOKLINE_KAFKA_CONFIG=debug=eos,protocol` shows the client's requests.
     pub log_filter: String,
     /// A stage's `--brokers` when not the test broker's plain listener (a
     /// secured listener): stage name -> bootstrap.
@@ -68,9 +71,18 @@ impl Spec {
             dispatcher_args: Vec::new(),
             fanout_args: Vec::new(),
             sink_args: Vec::new(),
-            log_filter: "warn,hookline_runtime::ops=info".to_owned(),
+            log_filter: stage_log_filter(),
             brokers: HashMap::new(),
         }
+    }
+}
+
+/// The default `--log` of every stage, plus `HOOKLINE_STAGE_LOG`'s directives.
+fn stage_log_filter() -> String {
+    let base = "warn,hookline_runtime::ops=info";
+    match std::env::var("HOOKLINE_STAGE_LOG") {
+        Ok(extra) if !extra.trim().is_empty() => format!("{base},{}", extra.trim()),
+        _ => base.to_owned(),
     }
 }
 

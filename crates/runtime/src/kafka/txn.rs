@@ -26,6 +26,9 @@ use crate::{config::CommonArgs, RuntimeError};
 /// producer is given up and re-created.
 const RETRIABLE_TRIES: u32 = 10;
 
+/// How long one [`flush`] step waits for a delivery report.
+const FLUSH_STEP: Duration = Duration::from_millis(1);
+
 /// How a transaction failed.
 #[derive(Debug)]
 pub enum TxnError {
@@ -162,6 +165,7 @@ impl Transactor {
                     retrying(|| producer.send_offsets_to_transaction(tpl, group, timeout))?;
                 }
             }
+            flush(&producer, timeout);
             retrying(|| producer.commit_transaction(timeout))
         })
         .await
@@ -218,19 +222,35 @@ impl Transactor {
     }
 }
 
+/// Settings of every transactional producer that `-X` may override.
+///
+/// `retry.backoff.ms`: a transaction begun right after the previous one's
+/// commit is answered CONCURRENT_TRANSACTIONS by the coordinator while it
+/// still writes that commit's markers (a few ms). librdkafka retries
+/// `AddPartitionsToTxn` after a fixed 20 ms, but `AddOffsetsToTxn` after
+/// `retry.backoff.ms`, 100 ms by default ("Retrying AddOffsetsToTxnRequest
+/// ... in 100ms" in the debug log): the transaction and every record in it
+/// waited that long (the Java client cut the same backoff to 20 ms,
+/// KAFKA-5477). librdkafka doubles it per retry up to `retry.backoff.max.ms`,
+/// set to its default here so the pair is visibly consistent; a broker that
+/// stays away is still retried at up to 1 s.
+const TRANSACTIONAL_DEFAULTS: &[(&str, &str)] =
+    &[("retry.backoff.ms", "5"), ("retry.backoff.max.ms", "1000")];
+
 async fn create(common: &CommonArgs, spec: &TxnSpec) -> Result<FutureProducer, RuntimeError> {
-    let producer: FutureProducer = super::producer_config(common, spec.client_id)?
-        .set("transactional.id", &spec.transactional_id)
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("linger.ms", spec.linger.as_millis().to_string())
-        .set("compression.type", "lz4")
-        .set(
-            "transaction.timeout.ms",
-            spec.transaction_timeout.as_millis().to_string(),
-        )
-        .create()
-        .map_err(|e| RuntimeError::kafka("creating the transactional producer", e))?;
+    let producer: FutureProducer =
+        super::producer_config_with(common, spec.client_id, TRANSACTIONAL_DEFAULTS)?
+            .set("transactional.id", &spec.transactional_id)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", spec.linger.as_millis().to_string())
+            .set("compression.type", "lz4")
+            .set(
+                "transaction.timeout.ms",
+                spec.transaction_timeout.as_millis().to_string(),
+            )
+            .create()
+            .map_err(|e| RuntimeError::kafka("creating the transactional producer", e))?;
     let timeout = spec.call_timeout;
     let p = producer.clone();
     tokio::task::spawn_blocking(move || p.init_transactions(timeout))
@@ -273,6 +293,29 @@ pub fn default_transactional_id(group: &str, common: &CommonArgs) -> String {
 /// a prefixed TransactionalId ACL grants (`hookline-fanout acls`).
 pub fn transactional_id_prefix(group: &str) -> String {
     format!("{group}-")
+}
+
+/// Waits until every record sent in the open transaction is acknowledged
+/// (checked every [`FLUSH_STEP`], without polling), so that
+/// `commit_transaction` finds nothing in flight; at `timeout` it leaves the
+/// rest to `commit_transaction`'s own flush.
+///
+/// rdkafka's `commit_transaction` flushes first, and its `flush` (since
+/// fede1024/rust-rdkafka#777) checks with `rd_kafka_flush(0)` and, while
+/// anything is in flight, polls the producer's queue for up to 100 ms before
+/// checking again. The `FutureProducer`'s own thread polls that queue too and
+/// usually takes the delivery report, so that poll sat out its 100 ms: every
+/// transaction whose records were still in flight at the commit (nearly
+/// all) took 100 ms longer, and a `read_committed` reader waited for it.
+/// Calling `flush` with a short timeout in a loop instead spins: each call
+/// wakes every broker thread, and one that finds its deadline passed returns
+/// at once (measured: 4–16 times the CPU under load). The producer's thread
+/// serves the delivery reports; this only reads the queue's length.
+fn flush(producer: &FutureProducer, timeout: Duration) {
+    let deadline = std::time::Instant::now() + timeout;
+    while producer.in_flight_count() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(FLUSH_STEP);
+    }
 }
 
 /// Runs a blocking transactional call, repeating it while librdkafka says the
