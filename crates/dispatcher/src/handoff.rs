@@ -292,21 +292,22 @@ impl Pending {
         }
     }
 
-    /// The batch failed: its hand-offs of partitions still `assigned` go back in
-    /// front of their queues, and those partitions become suspect (a suspect
-    /// tried alone again doubles its back-off). Returns whether the batch had
-    /// no hand-offs (then only the caller's offsets-only back-off applies).
+    /// The batch failed: its hand-offs of partitions to `keep` (whose offsets
+    /// may still be committed) go back in front of their queues, and those
+    /// partitions become suspect (a suspect tried alone again doubles its
+    /// back-off); the others' are dropped. Returns whether the batch had no
+    /// hand-offs (then only the caller's offsets-only back-off applies).
     pub(crate) fn failed(
         &mut self,
         batch: Batch,
         now: Instant,
-        assigned: impl Fn(Part) -> bool,
+        keep: impl Fn(Part) -> bool,
     ) -> bool {
         let Batch { handoffs, solo } = batch;
         let empty = handoffs.is_empty();
         for h in handoffs.into_iter().rev() {
             let part = h.key.0;
-            if !assigned(part) {
+            if !keep(part) {
                 continue;
             }
             let backoff = match (solo, self.suspect.get(&part)) {

@@ -63,6 +63,13 @@ impl Offsets {
             .map_or(0, |t| t.watermark.reset_to(offset))
     }
 
+    /// Whether `part` has a watermark: assigned, or revoked and not yet
+    /// [`forget`](Self::forget)-ten (its revoke's final commit still carries
+    /// its offset).
+    pub(crate) fn is_tracked(&self, part: Part) -> bool {
+        self.parts.contains_key(&part)
+    }
+
     /// Forgets partitions (after their final commit on revoke).
     pub(crate) fn forget(&mut self, parts: &[Part]) {
         for p in parts {

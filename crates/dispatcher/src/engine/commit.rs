@@ -36,8 +36,11 @@
 //! back only its own partition's offset, committed up to it, while every
 //! other partition goes on. A suspect partition's new hand-offs are not
 //! finished meanwhile (their records stay running), so the machine's buffer
-//! limits bound what waits. Hand-offs of partitions no longer assigned are
-//! forgotten; their new owner re-attempts those records.
+//! limits bound what waits. A failed transaction's hand-offs of a partition
+//! being revoked go back too, so the revoke's own commits stop below them;
+//! only once its revoke is over are they forgotten (also those of a
+//! transaction still running then), and its new owner re-attempts those
+//! records.
 
 use std::{collections::VecDeque, panic::AssertUnwindSafe, sync::Arc, time::Duration};
 
@@ -55,6 +58,7 @@ use crate::{
     config::CommitSettings,
     events,
     handoff::{Batch, Handoff, Pending, RETRY_BACKOFF},
+    machine::Machine,
     metrics,
     part::{Key, Part},
 };
@@ -78,6 +82,9 @@ struct InFlight {
     log: Arc<Vec<Logged>>,
     offsets: Vec<(Part, i64)>,
     solo: Option<Part>,
+    /// Hand-offs forgotten while it runs (their partition's revoke ended):
+    /// dropped, not put back, if it fails.
+    forgotten: Vec<Key>,
     task: JoinHandle<Outcome>,
 }
 
@@ -131,8 +138,13 @@ impl Commits {
         self.log.extend(records);
     }
 
-    /// Forgets hand-offs of source records matching `which`.
+    /// Forgets hand-offs of source records matching `which`, also those of
+    /// the transaction in progress should it fail.
     pub(crate) fn forget(&mut self, which: impl Fn(&Key) -> bool) {
+        if let Some(f) = &mut self.in_flight {
+            let keys = f.handoffs.iter().map(|h| h.key).filter(|k| which(k));
+            f.forgotten.extend(keys);
+        }
         self.pending.forget(which);
     }
 
@@ -179,18 +191,7 @@ impl Engine {
             return;
         }
         let now = Instant::now();
-        // Finished now, each only as its partition's lowest unfinished record,
-        // so that the offset in the transaction that writes it passes it
-        // (`Pending`); a partition's offset stops below any left out (`cap`).
-        for part in self.commits.pending.ready_parts() {
-            while let Some(key) = self
-                .machine
-                .lowest_unfinished(part)
-                .and_then(|lowest| self.commits.pending.finish_lowest(part, lowest))
-            {
-                self.machine.complete(key, Finished::Durable);
-            }
-        }
+        finish_ready(&mut self.machine, &mut self.commits.pending);
         let batch = self.commits.pending.take(now);
         let offsets_due = force
             || (now >= self.commits.last + self.commits.interval
@@ -261,6 +262,7 @@ impl Engine {
             log,
             offsets,
             solo,
+            forgotten: Vec::new(),
             task,
         });
     }
@@ -306,6 +308,7 @@ impl Engine {
             log,
             offsets,
             solo,
+            forgotten,
             ..
         }) = self.commits.in_flight.take()
         else {
@@ -346,6 +349,12 @@ impl Engine {
                     "fenced"
                 };
                 metrics::transaction(outcome, took);
+                // Forgotten while it ran (their partition's revoke ended): a
+                // partition assigned again re-reads those records itself.
+                let handoffs = handoffs
+                    .into_iter()
+                    .filter(|h| !forgotten.contains(&h.key))
+                    .collect();
                 self.failed(Batch { handoffs, solo }, log, now, &error, outcome);
             }
         }
@@ -370,12 +379,7 @@ impl Engine {
             outcome,
         }
         .emit();
-        let machine = &self.machine;
-        if self
-            .commits
-            .pending
-            .failed(batch, now, |part| machine.is_assigned(part))
-        {
+        if put_back(&self.machine, &mut self.commits.pending, batch, now) {
             self.commits.retry_at = Some(now + RETRY_BACKOFF);
         }
     }
@@ -428,6 +432,40 @@ impl Commits {
             self.log.push_front(r);
         }
     }
+}
+
+/// Finishes, per partition, each deferred hand-off that is its partition's
+/// lowest unfinished record, so that the offset of the transaction that
+/// writes it passes it (`Pending`); a partition's offset stops below any
+/// left out (`cap`).
+pub(super) fn finish_ready(machine: &mut Machine, pending: &mut Pending) {
+    for part in pending.ready_parts() {
+        while let Some(key) = machine
+            .lowest_unfinished(part)
+            .and_then(|lowest| pending.finish_lowest(part, lowest))
+        {
+            machine.complete(key, Finished::Durable);
+        }
+    }
+}
+
+/// Puts a failed batch's hand-offs back, in front, for every partition
+/// whose offset may still be committed — assigned, or revoked and still
+/// being flushed — so that its next offsets stop below them (`cap`). Their
+/// records are finished in the watermark already: dropping the hand-offs of
+/// a partition being revoked let the revoke's next transaction (the consumer
+/// back in the group under a new generation, its partitions assigned again)
+/// commit its offset past records whose follow-ups were never written, and
+/// those retry chains ended nowhere. Only a forgotten partition's are
+/// dropped: its offset is never committed here again and its next owner
+/// re-reads them. Returns whether the batch had no hand-offs.
+pub(super) fn put_back(
+    machine: &Machine,
+    pending: &mut Pending,
+    batch: Batch,
+    now: Instant,
+) -> bool {
+    pending.failed(batch, now, |part| machine.commits_offsets(part))
 }
 
 /// One transaction: the hand-offs (each with its attempt records), the queued

@@ -19,6 +19,8 @@
 //!   session stays alive.
 
 mod commit;
+#[cfg(test)]
+mod commit_tests;
 mod disable;
 mod gauges;
 mod lanes;

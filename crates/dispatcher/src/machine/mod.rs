@@ -754,9 +754,11 @@ impl Machine {
         self.offsets.committable(part)
     }
 
-    /// Whether `part` is assigned (and not revoked).
-    pub(crate) fn is_assigned(&self, part: Part) -> bool {
-        self.gate.is_assigned(part)
+    /// Whether an offset of `part` may still be committed: it is assigned,
+    /// or revoked and not yet [`forget`](Self::forget)-ten — the revoke's
+    /// final commits still carry its watermark.
+    pub(crate) fn commits_offsets(&self, part: Part) -> bool {
+        self.offsets.is_tracked(part)
     }
 
     /// Whether work matching `which` is running.
