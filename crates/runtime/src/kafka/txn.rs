@@ -22,9 +22,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{config::CommonArgs, RuntimeError};
 
-/// Times a retriable transactional call (a timeout) is resumed before the
-/// producer is given up and re-created.
-const RETRIABLE_TRIES: u32 = 10;
+/// Pause between resumptions of a retriable transactional call.
+const RESUME_PAUSE: Duration = Duration::from_millis(200);
 
 /// How long one [`flush`] step waits for a delivery report.
 const FLUSH_STEP: Duration = Duration::from_millis(1);
@@ -162,11 +161,13 @@ impl Transactor {
         tokio::task::spawn_blocking(move || {
             for (tpl, group) in &offsets {
                 if tpl.count() > 0 {
-                    retrying(|| producer.send_offsets_to_transaction(tpl, group, timeout))?;
+                    retrying(timeout, || {
+                        producer.send_offsets_to_transaction(tpl, group, timeout)
+                    })?;
                 }
             }
             flush(&producer, timeout);
-            retrying(|| producer.commit_transaction(timeout))
+            retrying(timeout, || producer.commit_transaction(timeout))
         })
         .await
         .map_err(|e| {
@@ -206,8 +207,10 @@ impl Transactor {
     async fn abort(&self) -> bool {
         let producer = self.producer.clone();
         let timeout = self.spec.call_timeout;
-        match tokio::task::spawn_blocking(move || retrying(|| producer.abort_transaction(timeout)))
-            .await
+        match tokio::task::spawn_blocking(move || {
+            retrying(timeout, || producer.abort_transaction(timeout))
+        })
+        .await
         {
             Ok(Ok(())) => true,
             Ok(Err(error)) => {
@@ -318,16 +321,38 @@ fn flush(producer: &FutureProducer, timeout: Duration) {
     }
 }
 
-/// Runs a blocking transactional call, repeating it while librdkafka says the
-/// error is retriable (a timeout: the call is resumed, not restarted).
-pub fn retrying(mut call: impl FnMut() -> KafkaResult<()>) -> KafkaResult<()> {
+/// Runs a blocking transactional call, resuming it while librdkafka says the
+/// error is retriable (a timeout: the call is resumed, not restarted) and
+/// `budget` (the call timeout) has not passed since the first try; then the
+/// error stands, and [`classify`] makes the producer be re-created.
+///
+/// The budget is the whole call's, not each try's: a coordinator librdkafka
+/// keeps asking after a broker restart without looking it up again
+/// (confluentinc/librdkafka#5511) times out every resumption, and ten of them
+/// held fanout's commits for minutes in the fault suite, while a new producer
+/// finds the coordinator and fences the old transaction at once.
+pub fn retrying(budget: Duration, call: impl FnMut() -> KafkaResult<()>) -> KafkaResult<()> {
+    resume_within(budget, call, |e| match e {
+        KafkaError::Transaction(rd) => rd.is_retriable(),
+        _ => false,
+    })
+}
+
+/// [`retrying`]'s loop: calls `call` until it succeeds, fails with an error
+/// `retriable` refuses, or `budget` has passed since the first call.
+fn resume_within<E: std::fmt::Display>(
+    budget: Duration,
+    mut call: impl FnMut() -> Result<(), E>,
+    retriable: impl Fn(&E) -> bool,
+) -> Result<(), E> {
+    let started = std::time::Instant::now();
     let mut tries = 1;
     loop {
         match call() {
-            Err(KafkaError::Transaction(e)) if e.is_retriable() && tries < RETRIABLE_TRIES => {
+            Err(e) if retriable(&e) && started.elapsed() + RESUME_PAUSE < budget => {
                 tracing::warn!(error = %e, tries, "transactional call timed out; resuming it");
                 tries += 1;
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(RESUME_PAUSE);
             }
             other => return other,
         }
@@ -335,8 +360,8 @@ pub fn retrying(mut call: impl FnMut() -> KafkaResult<()>) -> KafkaResult<()> {
 }
 
 /// Abortable only when librdkafka says so (or the error is not a
-/// transactional one); a fatal error, a call still retriable after
-/// `RETRIABLE_TRIES`, or any other state error leaves the producer in a state
+/// transactional one); a fatal error, a call still retriable after its
+/// [`retrying`] budget, or any other state error leaves the producer in a state
 /// only a new one (which fences it) gets out of.
 pub fn classify(e: KafkaError) -> TxnError {
     match &e {
@@ -344,5 +369,59 @@ pub fn classify(e: KafkaError) -> TxnError {
         KafkaError::Transaction(rd) if rd.txn_requires_abort() => TxnError::Abortable(e),
         KafkaError::Transaction(_) => TxnError::Fatal(e),
         _ => TxnError::Abortable(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A call failing `fails` times with `error`, then succeeding; counts tries.
+    fn flaky(
+        fails: u32,
+        error: &'static str,
+    ) -> (
+        impl FnMut() -> Result<(), &'static str>,
+        std::rc::Rc<std::cell::Cell<u32>>,
+    ) {
+        let tries = std::rc::Rc::new(std::cell::Cell::new(0));
+        let counted = std::rc::Rc::clone(&tries);
+        let call = move || {
+            counted.set(counted.get() + 1);
+            if counted.get() <= fails {
+                Err(error)
+            } else {
+                Ok(())
+            }
+        };
+        (call, tries)
+    }
+
+    #[test]
+    fn a_retriable_call_is_resumed_within_its_budget() {
+        let (call, tries) = flaky(2, "timed out");
+        assert_eq!(
+            resume_within(Duration::from_secs(30), call, |e| *e == "timed out"),
+            Ok(())
+        );
+        assert_eq!(tries.get(), 3);
+    }
+
+    #[test]
+    fn past_its_budget_the_error_stands_for_the_producer_to_be_recreated() {
+        // A try that used up the budget (a call timeout) is not resumed.
+        let (call, tries) = flaky(5, "timed out");
+        assert_eq!(
+            resume_within(Duration::ZERO, call, |e| *e == "timed out"),
+            Err("timed out")
+        );
+        assert_eq!(tries.get(), 1);
+        // Nor is an error that is not retriable.
+        let (call, tries) = flaky(5, "fenced");
+        assert_eq!(
+            resume_within(Duration::from_secs(30), call, |e| *e == "timed out"),
+            Err("fenced")
+        );
+        assert_eq!(tries.get(), 1);
     }
 }
