@@ -39,19 +39,6 @@ use crate::{
     part::{Key, ParkReason, Part},
 };
 
-/// Writes pending per partition (quarantined records, overflow moves,
-/// follow-ups waiting for the records before them or for a failing
-/// transaction) at which the partition is paused (resumed when both are at
-/// half), so they cannot hold unbounded memory: at most 2,048 records and
-/// 8 MiB of their payloads. The records bound is what one transaction can move
-/// out of a partition when a promoted whale's backlog is moved to its overflow
-/// lane (at 256 the moves, not the whale, set how long the tenants behind it
-/// waited); the bytes bound keeps large payloads to a few of them.
-pub(crate) const PARTITION_PENDING_CAP: crate::machine::WriteCap = crate::machine::WriteCap {
-    records: 2_048,
-    bytes: 8 << 20,
-};
-
 /// First back-off of a suspect partition (and of a failed offsets-only
 /// transaction); doubled while it keeps failing, up to [`MAX_BACKOFF`].
 pub(crate) const RETRY_BACKOFF: Duration = Duration::from_millis(500);

@@ -61,7 +61,6 @@ use overflow::Overflow;
 
 use crate::{
     attempt::{Finished, Refusal, Target},
-    handoff,
     offsets::Offsets,
     part::{Input, Key, NoTarget, Part},
     DispatcherError,
@@ -262,7 +261,7 @@ impl Machine {
             inputs,
             lanes: Lanes::new(limits)?,
             offsets: Offsets::default(),
-            gate: Gate::new(handoff::PARTITION_PENDING_CAP),
+            gate: Gate::new(WriteCap::PARTITION),
             queued: HashMap::new(),
             running: HashMap::new(),
             actions: Vec::new(),

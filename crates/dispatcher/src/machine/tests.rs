@@ -12,10 +12,9 @@ use hookline_core::{
 };
 use hookline_envelope::{encode, Delivery};
 
-use super::{Action, Directory, GateAction, Hold, Intake, Machine, Note};
+use super::{Action, Directory, GateAction, Hold, Intake, Machine, Note, WriteCap};
 use crate::{
     attempt::{Finished, Refusal, Target},
-    handoff::PARTITION_PENDING_CAP,
     part::{Input, Key, NoTarget, Part},
 };
 
@@ -264,14 +263,14 @@ fn an_attempt_with_a_follow_up_frees_its_slot_but_not_its_offset() {
 #[test]
 fn pending_follow_ups_hold_the_partition_from_the_cap_to_half() {
     let dir = Dir::with(&[("s", 1_000, true)]);
-    let mut m = machine(PARTITION_PENDING_CAP.records);
-    let cap = i64::try_from(PARTITION_PENDING_CAP.records).unwrap();
+    let mut m = machine(WriteCap::PARTITION.records);
+    let cap = i64::try_from(WriteCap::PARTITION.records).unwrap();
     for offset in 0..cap {
         push(&mut m, D, offset, &delivery("s", t(0)), t(0), &dir);
     }
     // Each ended attempt frees its slot, so the caps never stop the next.
     let mut ended = 0;
-    while ended < PARTITION_PENDING_CAP.records {
+    while ended < WriteCap::PARTITION.records {
         let started = start(&mut m, t(0), &dir);
         assert!(!started.is_empty(), "stuck after {ended}");
         for key in started {
@@ -442,7 +441,7 @@ fn tier_head_not_due_is_rewound_and_released_at_its_due_time() {
 fn quarantine_writes_hold_the_partition_from_the_cap_to_half() {
     let dir = Dir::default();
     let mut m = machine(1_000);
-    let cap = i64::try_from(PARTITION_PENDING_CAP.records).unwrap();
+    let cap = i64::try_from(WriteCap::PARTITION.records).unwrap();
     for offset in 0..cap {
         assert!(matches!(
             m.on_record(D, offset, (Some(b"not avro"), None), t(0), &dir),
@@ -473,7 +472,7 @@ fn quarantine_writes_hold_the_partition_from_the_cap_to_half() {
 fn buffer_and_quarantine_release_only_together() {
     let dir = Dir::with(&[("s", 1, true)]);
     let mut m = machine(2);
-    let cap = i64::try_from(PARTITION_PENDING_CAP.records).unwrap();
+    let cap = i64::try_from(WriteCap::PARTITION.records).unwrap();
     for offset in 0..cap {
         m.on_record(D, offset, (Some(b"junk"), None), t(0), &dir);
     }
