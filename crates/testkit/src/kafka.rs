@@ -160,7 +160,17 @@ pub async fn create_hookline_topics(prefix: &str) -> anyhow::Result<hookline_env
 }
 
 /// Reads every committed record of `topic` from the beginning up to the end of
-/// each partition as it is when the reader reaches it, by assignment (no group).
+/// each partition as it is when the call starts, by assignment (no group).
+///
+/// The end is the high watermark, not the last stable offset: a transaction's
+/// commit returns to its producer (and its offsets become visible to
+/// `OffsetFetch`) before the coordinator has written the commit markers to
+/// every partition, and a `read_committed` reader reaches "end of partition" at
+/// the last stable offset. Reading right after a group committed to its end
+/// could therefore stop before records committed in the same transaction
+/// (seen in CI: the dead letters of one partition missing). So the read starts
+/// only once every partition's last stable offset has reached the high
+/// watermark seen at the start.
 pub async fn read_to_end(topic: &str) -> anyhow::Result<Vec<rdkafka::message::OwnedMessage>> {
     use rdkafka::{
         consumer::{BaseConsumer, Consumer},
@@ -181,6 +191,26 @@ pub async fn read_to_end(topic: &str) -> anyhow::Result<Vec<rdkafka::message::Ow
             .first()
             .map(|t| t.partitions().iter().map(|p| p.id()).collect())
             .unwrap_or_default();
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        let uncommitted: BaseConsumer = client_config()
+            .set("group.id", unique_name("reader"))
+            .set("isolation.level", "read_uncommitted")
+            .create()?;
+        for p in &partitions {
+            let (_, high) = uncommitted.fetch_watermarks(&topic, *p, Duration::from_secs(10))?;
+            // On a `read_committed` client the "high" answered is the last stable offset.
+            loop {
+                let (_, stable) = consumer.fetch_watermarks(&topic, *p, Duration::from_secs(10))?;
+                if stable >= high {
+                    break;
+                }
+                anyhow::ensure!(
+                    std::time::Instant::now() < deadline,
+                    "{topic} [{p}]: a transaction stayed open below offset {high} for 120 s (last stable offset {stable})"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let mut tpl = TopicPartitionList::new();
         for p in &partitions {
             tpl.add_partition_offset(&topic, *p, Offset::Beginning)?;
@@ -188,7 +218,6 @@ pub async fn read_to_end(topic: &str) -> anyhow::Result<Vec<rdkafka::message::Ow
         consumer.assign(&tpl)?;
         let mut open: std::collections::HashSet<i32> = partitions.into_iter().collect();
         let mut out = Vec::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
         while !open.is_empty() {
             anyhow::ensure!(
                 std::time::Instant::now() < deadline,

@@ -48,3 +48,60 @@ async fn domain_event_round_trips_through_real_kafka() {
     let decoded: DomainEvent = decode(msg.payload().expect("a value")).unwrap();
     assert_eq!(decoded, event);
 }
+
+/// `read_to_end` returns the records of a transaction that was still open when
+/// the read started: it reads up to the high watermark, not to the last stable
+/// offset a `read_committed` reader reaches first. (A transaction's commit
+/// markers land on its partitions after the commit has returned, so reading
+/// right after a commit used to miss records.)
+#[tokio::test]
+async fn read_to_end_waits_for_a_transaction_open_when_it_starts() {
+    use rdkafka::producer::{FutureProducer, Producer};
+    let topic = kafka::unique_name("read-to-end");
+    kafka::create_topics(&[(&topic, 2)], &[]).await.unwrap();
+    let producer: FutureProducer = kafka::client_config()
+        .set("transactional.id", kafka::unique_name("read-to-end-txn"))
+        .create()
+        .unwrap();
+    producer.init_transactions(Duration::from_secs(30)).unwrap();
+    producer.begin_transaction().unwrap();
+    for n in 0..4 {
+        let value = format!("record-{n}");
+        producer
+            .send(
+                FutureRecord::to(&topic)
+                    .partition(n % 2)
+                    .key("k")
+                    .payload(&value),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    let reading = topic.clone();
+    let read = tokio::spawn(async move { kafka::read_to_end(&reading).await });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !read.is_finished(),
+        "the read waits for the open transaction"
+    );
+    let producer = tokio::task::spawn_blocking(move || {
+        producer
+            .commit_transaction(Duration::from_secs(30))
+            .map(|()| producer)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let mut values: Vec<String> = read
+        .await
+        .unwrap()
+        .unwrap()
+        .iter()
+        .map(|m| String::from_utf8(m.payload().unwrap().to_vec()).unwrap())
+        .collect();
+    values.sort();
+    assert_eq!(values, ["record-0", "record-1", "record-2", "record-3"]);
+    drop(producer);
+}
