@@ -13,7 +13,7 @@ mod scenario;
 
 use std::{
     io::{IsTerminal, Write},
-    time::{Duration, Instant},
+    time::{Duration, Instant, SystemTime},
 };
 
 use anyhow::Context;
@@ -171,6 +171,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
 
     let stop = CancellationToken::new();
     let stages = start_stages(&brokers, secrets.path(), archive.path(), &stop)?;
+    // Events go out once every stage consumes: a new consumer group's first
+    // join is held for 3 s (on the mock cluster as on a broker's
+    // `group.initial.rebalance.delay.ms`), and the story should not start with
+    // that wait.
+    let starting = Instant::now();
+    wait_until_consuming(
+        &[topics.events(), topics.deliveries(), topics.dlq()],
+        Duration::from_secs(60),
+    )
+    .await?;
+    writeln!(
+        out,
+        "\nStages consuming after {:.1}s (a new consumer group's first join waits 3 s).",
+        starting.elapsed().as_secs_f64()
+    )?;
     let labels = LADDER
         .iter()
         .map(|(tier, delay)| ((*tier).to_owned(), format!("retry {delay}")))
@@ -186,6 +201,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         .iter()
         .map(|s| Ok((s.clone(), EventTypeFilter::parse(&s.event_types)?)))
         .collect::<anyhow::Result<_>>()?;
+    let first_event_at = SystemTime::now();
     let publisher = {
         let producer = producer.clone();
         let tracker = tracker.clone();
@@ -308,11 +324,48 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         "  archive files written       {archived} (dead letters, quarantined events and the attempt log, Avro)"
     )?;
     writeln!(out, "  webhook requests received   {}", receiver.count())?;
+    if let Some(first) = receiver
+        .requests()
+        .iter()
+        .filter(|r| (200..300).contains(&r.status))
+        .map(|r| r.received_at)
+        .min()
+    {
+        let after = first.duration_since(first_event_at).unwrap_or_default();
+        writeln!(
+            out,
+            "  first delivery              {} ms after the first event was published",
+            after.as_millis()
+        )?;
+    }
     anyhow::ensure!(accounted == total.expected, "the summary does not add up");
     Ok(())
 }
 
 type Stage = JoinHandle<anyhow::Result<()>>;
+
+/// Waits until a consumer of this process has been assigned a partition of
+/// every topic in `topics`.
+async fn wait_until_consuming(topics: &[&str], within: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + within;
+    loop {
+        let assigned = hookline_runtime::kafka::assigned_topics();
+        let waiting: Vec<&str> = topics
+            .iter()
+            .copied()
+            .filter(|t| !assigned.contains(*t))
+            .collect();
+        if waiting.is_empty() {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "no stage consumed {} within {within:?} (run with --log info to see why)",
+            waiting.join(", ")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
 
 fn start_stages(
     brokers: &str,
@@ -327,6 +380,9 @@ fn start_stages(
         "127.0.0.1:0",
         "--shutdown-grace",
         "20s",
+        // The mock cluster cannot describe topic settings; the demo created
+        // its topics itself.
+        "--skip-topic-settings-check",
     ];
     let fanout = FanoutCli::try_parse_from(
         ["fanout"]

@@ -124,6 +124,13 @@ pub struct CommonArgs {
     /// reported stalled: `/readyz` fails and the stalled-seconds gauge climbs.
     #[arg(long, env = "HOOKLINE_CONSUMER_STALL_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub consumer_stall_timeout: Duration,
+
+    /// Check only that the topics exist, not their settings: for librdkafka's
+    /// mock cluster (the demo), which does not answer DescribeConfigs, so the
+    /// check would wait out its 10 s timeout before going on. Hidden: a real
+    /// cluster always gets the settings check.
+    #[arg(long, hide = true)]
+    pub skip_topic_settings_check: bool,
 }
 
 /// How log lines are written.

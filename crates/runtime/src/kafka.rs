@@ -18,7 +18,9 @@ pub mod access;
 mod rebalance;
 pub mod txn;
 
-pub use rebalance::{cooperative_rebalance, manual_commit_consumer, partitions, RevokeRecorder};
+pub use rebalance::{
+    assigned_topics, cooperative_rebalance, manual_commit_consumer, partitions, RevokeRecorder,
+};
 
 /// A client context that logs librdkafka's errors through `tracing`, except
 /// end-of-partition notices, which readers that follow a topic expect.

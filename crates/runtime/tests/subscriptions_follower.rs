@@ -31,6 +31,7 @@ fn common() -> CommonArgs {
         group_session_timeout: Duration::from_secs(10),
         group_instance_id: None,
         consumer_stall_timeout: Duration::from_secs(30),
+        skip_topic_settings_check: false,
     }
 }
 

@@ -4,7 +4,7 @@
 //! what was revoked for the loop to act on after `recv` returns. No producing or committing
 //! happens inside a callback.
 
-use std::sync::Mutex;
+use std::{collections::BTreeSet, sync::Mutex};
 
 use rdkafka::{
     consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer},
@@ -56,10 +56,38 @@ pub fn cooperative_rebalance<C: ConsumerContext>(
             Ok(())
         }
     };
-    if let Err(error) = applied {
-        tracing::error!(%error, "could not apply a rebalance; the consumer may stop receiving");
+    match (applied, &rebalance) {
+        (Err(error), _) => {
+            tracing::error!(%error, "could not apply a rebalance; the consumer may stop receiving")
+        }
+        (Ok(()), Rebalance::Assign(tpl)) => record_assigned(tpl),
+        (Ok(()), _) => {}
     }
     context.post_rebalance(consumer, &rebalance);
+}
+
+/// Every topic a group consumer of this process has been assigned a partition
+/// of, since the process started.
+static ASSIGNED_TOPICS: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+fn record_assigned(tpl: &TopicPartitionList) {
+    let mut seen = ASSIGNED_TOPICS.lock().unwrap_or_else(|p| p.into_inner());
+    for e in tpl.elements() {
+        if !seen.contains(e.topic()) {
+            seen.insert(e.topic().to_owned());
+        }
+    }
+}
+
+/// Every topic a group consumer of this process has been assigned a partition
+/// of so far: a program that runs the stages in its own process (the demo)
+/// waits on it until they consume, rather than producing into a group's join
+/// delay.
+pub fn assigned_topics() -> BTreeSet<String> {
+    ASSIGNED_TOPICS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
 }
 
 /// The `(topic, partition)` pairs of a partition list, in its order.
