@@ -28,8 +28,12 @@ pub struct Params {
     pub small_rate: f64,
     /// `BENCH_RETRY_ENDPOINTS`: endpoints (one delivery each) of retry_lateness.
     pub retry_endpoints: usize,
-    /// `BENCH_RETRY_FAILS`: failures (503) each of them answers before 204.
+    /// `BENCH_RETRY_FAILS`: failures (503) each of them answers before 204
+    /// (default: one per tier of the ladder).
     pub retry_fails: u32,
+    /// `BENCH_RETRY_LADDER`: retry_lateness's tier delays in whole seconds,
+    /// comma-separated (`1,2,4`; e.g. `1,2,4,60` for a tier of a minute).
+    pub retry_ladder: Vec<u64>,
 }
 
 fn env<T: std::str::FromStr>(name: &str) -> anyhow::Result<Option<T>> {
@@ -41,6 +45,24 @@ fn env<T: std::str::FromStr>(name: &str) -> anyhow::Result<Option<T>> {
             .map_err(|_| anyhow::anyhow!("{name}={v:?} is not a valid number")),
         _ => Ok(None),
     }
+}
+
+/// `BENCH_RETRY_LADDER`: whole seconds, comma-separated, each at least 1.
+fn ladder(value: Option<&str>) -> anyhow::Result<Vec<u64>> {
+    let value = value
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .unwrap_or("1,2,4");
+    let tiers: Vec<u64> = value
+        .split(',')
+        .map(|t| match t.trim().parse::<u64>() {
+            Ok(s) if s >= 1 => Ok(s),
+            _ => Err(anyhow::anyhow!(
+                "BENCH_RETRY_LADDER={value:?}: each tier is a whole number of seconds, at least 1 (e.g. 1,2,4,60)"
+            )),
+        })
+        .collect::<anyhow::Result<_>>()?;
+    Ok(tiers)
 }
 
 impl Params {
@@ -59,7 +81,12 @@ impl Params {
             whale_deliveries: env("BENCH_WHALE_DELIVERIES")?.unwrap_or(100_000),
             small_rate: env("BENCH_SMALL_RATE")?.unwrap_or(20.0f64),
             retry_endpoints: env("BENCH_RETRY_ENDPOINTS")?.unwrap_or(100usize).max(1),
-            retry_fails: env("BENCH_RETRY_FAILS")?.unwrap_or(3u32),
+            retry_fails: 0,
+            retry_ladder: ladder(std::env::var("BENCH_RETRY_LADDER").ok().as_deref())?,
+        };
+        let p = Self {
+            retry_fails: env("BENCH_RETRY_FAILS")?.unwrap_or(p.retry_ladder.len() as u32),
+            ..p
         };
         if let Some(rate) = p.rate {
             anyhow::ensure!(rate > 0.0, "BENCH_RATE must be positive");
@@ -71,5 +98,20 @@ impl Params {
     /// `BENCH_SECONDS` as a duration times `factor`.
     pub fn scaled(&self, factor: f64) -> std::time::Duration {
         std::time::Duration::from_secs_f64(self.seconds as f64 * factor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ladder;
+
+    #[test]
+    fn the_ladder_is_whole_seconds() {
+        assert_eq!(ladder(None).unwrap(), [1, 2, 4]);
+        assert_eq!(ladder(Some(" 1, 2,4,60 ")).unwrap(), [1, 2, 4, 60]);
+        for bad in ["1,,2", "0", "1.5", "1s", "-1"] {
+            let e = ladder(Some(bad)).unwrap_err().to_string();
+            assert!(e.contains("BENCH_RETRY_LADDER"), "{bad}: {e}");
+        }
     }
 }

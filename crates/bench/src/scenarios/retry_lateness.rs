@@ -1,5 +1,5 @@
 //! `retry_lateness`: endpoints that answer 503 `BENCH_RETRY_FAILS` times and
-//! then 204, on a ladder of seconds with no jitter. For attempt k ≥ 1 the due
+//! then 204, on the ladder of `BENCH_RETRY_LADDER` (seconds) with no jitter. For attempt k ≥ 1 the due
 //! time is the previous attempt's arrival + the delay of its tier (tier
 //! min(k−1, last)), and lateness is the receiver's arrival time minus that —
 //! an upper bound, since the dispatcher starts the delay only once the failed
@@ -19,16 +19,12 @@ use crate::{
     stats::{ms, Summary},
 };
 
-const LADDER: &[(&str, u64)] = &[("retry-1s", 1), ("retry-2s", 2), ("retry-4s", 4)];
 const HISTOGRAM: &str = "hookline_dispatcher_retry_lateness_seconds";
 
 pub async fn run(params: &Params, _ctx: &mut Context) -> Outcome {
     let mut out = Outcome::new("retry_lateness");
     let mut spec = Spec::new("retry_lateness");
-    spec.tiers = LADDER
-        .iter()
-        .map(|(n, s)| ((*n).to_owned(), Duration::from_secs(*s)))
-        .collect();
+    spec.tiers = ladder(params);
     spec.dispatcher_args = ["--max-attempts", "10", "--retry-jitter", "0s"]
         .map(str::to_owned)
         .to_vec();
@@ -40,7 +36,17 @@ pub async fn run(params: &Params, _ctx: &mut Context) -> Outcome {
     out.finish(p, result).await
 }
 
+/// `BENCH_RETRY_LADDER` as tiers named by their delay (`retry-60s`).
+fn ladder(params: &Params) -> Vec<(String, Duration)> {
+    params
+        .retry_ladder
+        .iter()
+        .map(|s| (format!("retry-{s}s"), Duration::from_secs(*s)))
+        .collect()
+}
+
 async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::Result<()> {
+    let ladder = ladder(params);
     let n = params.retry_endpoints;
     let subs: Vec<_> = (0..n)
         .map(|i| p.subscription(&format!("r{i}-s0"), &format!("r{i}"), &format!("/r/{i}"), 4))
@@ -68,7 +74,9 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         |_| false,
     )
     .await?;
-    let tally = p.settle(STALL).await?;
+    // A long tier is a long wait without requests, not a stall.
+    let longest = ladder.iter().map(|(_, d)| *d).max().unwrap_or_default();
+    let tally = p.settle(STALL + longest).await?;
     let histogram = p
         .stage("dispatcher")?
         .metrics()
@@ -85,8 +93,8 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
             wrong_count += 1;
         }
         for k in 1..reqs.len() {
-            let tier = (k - 1).min(LADDER.len() - 1);
-            let due = reqs[k - 1].at + Duration::from_secs(LADDER[tier].1);
+            let tier = (k - 1).min(ladder.len() - 1);
+            let due = reqs[k - 1].at + ladder[tier].1;
             let late_ms = if reqs[k].at >= due {
                 reqs[k].at.duration_since(due).as_secs_f64() * 1e3
             } else {
@@ -104,7 +112,7 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
     let early = all.iter().filter(|l| **l < 0.0).count();
 
     out.settings = serde_json::json!({
-        "ladder": LADDER.iter().map(|(n, s)| format!("{n}={s}s")).collect::<Vec<_>>(),
+        "ladder": ladder.iter().map(|(n, d)| format!("{n}={}s", d.as_secs())).collect::<Vec<_>>(),
         "retry_jitter": "0s",
         "endpoints": n,
         "fails_before_success": params.retry_fails,
@@ -127,10 +135,10 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
     for (tier, v) in by_tier {
         let s = Summary::of(v);
         out.rows.push((
-            format!("  after {}", LADDER[tier].0),
+            format!("  after {}", ladder[tier].0),
             format!("{} / {} (n={})", ms(s.p50_ms), ms(s.p99_ms), s.n),
         ));
-        per_tier.insert(LADDER[tier].0.to_owned(), serde_json::to_value(s)?);
+        per_tier.insert(ladder[tier].0.clone(), serde_json::to_value(s)?);
     }
     out.figures
         .insert("lateness_receiver_by_tier".to_owned(), per_tier.into());
