@@ -26,6 +26,7 @@ mod gauges;
 mod lanes;
 mod peek;
 mod rebalance;
+mod wake;
 
 use std::{collections::HashMap, sync::Arc, time::Duration, time::SystemTime};
 
@@ -151,6 +152,8 @@ pub(crate) struct Engine {
     /// The unfetched heads of held partitions, for the gauges (`gauges.rs`).
     backlog: crate::backlog::Backlog,
     peeker: peek::Peeker,
+    /// Wakes librdkafka's fetcher after a resume (`wake.rs`).
+    waker: wake::FetchWaker,
     /// The last refresh waited for the peeker's answer to set the gauges.
     gauges_deferred: bool,
 }
@@ -198,9 +201,12 @@ impl Engine {
         )?;
         let lane_source = machine.overflow().source();
         let lane_count = machine.inputs().iter().filter(|i| i.lane.is_some()).count();
+        let topics: Vec<String> = machine.inputs().iter().map(|i| i.topic.clone()).collect();
+        let waker = wake::FetchWaker::spawn(&p.consumers, topics.clone())?;
         Ok(Self {
             epochs: vec![0; machine.inputs().len()],
-            topics: machine.inputs().iter().map(|i| i.topic.clone()).collect(),
+            topics,
+            waker,
             machine,
             lane_count,
             lane_source,
@@ -525,7 +531,9 @@ impl Engine {
         let result = if pause {
             consumer.pause(&tpl)
         } else {
-            consumer.resume(&tpl)
+            consumer
+                .resume(&tpl)
+                .map(|()| self.waker.wake(input, part.partition))
         };
         if let Err(error) = result {
             events::PauseFailed {
