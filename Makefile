@@ -124,7 +124,7 @@ fmt:
 demo:
 	$(CARGO) run -q -p hookline-demo --
 
-## bench: named scenarios on real Kafka with the release binaries (about 8 minutes);
+## bench: named scenarios on real Kafka with the release binaries (about 15 minutes);
 ## `make bench SCENARIOS=latency` runs one; BENCH_* variables are in the README.
 SCENARIOS ?=
 bench: kafka-fetch

@@ -27,7 +27,7 @@ use crate::{params::Params, report::Run, scenarios::Context};
 #[command(name = "hookline-bench")]
 struct Cli {
     /// Scenarios to run, in order, `limit` first whenever named (default:
-    /// all of limit, throughput, latency, isolation, retry_lateness).
+    /// all of limit, throughput, latency, isolation, retry_lateness, backlog).
     #[arg(value_parser = clap::builder::PossibleValuesParser::new(scenarios::ALL))]
     scenarios: Vec<String>,
 
@@ -78,6 +78,7 @@ async fn main() -> anyhow::Result<()> {
                 "latency" => Ok(scenarios::latency::run(&run.params, &mut ctx).await),
                 "isolation" => Ok(scenarios::isolation::run(&run.params, &mut ctx).await),
                 "retry_lateness" => Ok(scenarios::retry_lateness::run(&run.params, &mut ctx).await),
+                "backlog" => Ok(scenarios::backlog::run(&run.params, &mut ctx).await),
                 other => Err(anyhow::anyhow!("unknown scenario {other}")),
             }
         };

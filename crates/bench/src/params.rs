@@ -26,6 +26,8 @@ pub struct Params {
     pub whale_deliveries: usize,
     /// `BENCH_SMALL_RATE`: the small tenant's events/s in the isolation scenario.
     pub small_rate: f64,
+    /// `BENCH_QUEUED`: deliveries queued for the dispatcher in `backlog`.
+    pub queued: usize,
     /// `BENCH_RETRY_ENDPOINTS`: endpoints (one delivery each) of retry_lateness.
     pub retry_endpoints: usize,
     /// `BENCH_RETRY_FAILS`: failures (503) each of them answers before 204
@@ -80,6 +82,7 @@ impl Params {
             // 200 ms each: thousands.
             whale_deliveries: env("BENCH_WHALE_DELIVERIES")?.unwrap_or(100_000),
             small_rate: env("BENCH_SMALL_RATE")?.unwrap_or(20.0f64),
+            queued: env("BENCH_QUEUED")?.unwrap_or(1_000_000usize).max(1_000),
             retry_endpoints: env("BENCH_RETRY_ENDPOINTS")?.unwrap_or(100usize).max(1),
             retry_fails: 0,
             retry_ladder: ladder(std::env::var("BENCH_RETRY_LADDER").ok().as_deref())?,

@@ -2,6 +2,7 @@
 //! pipeline is joined and connected before anything is measured, and an
 //! open-loop pacer that produces at a fixed rate whatever the pipeline does.
 
+pub mod backlog;
 pub mod isolation;
 pub mod latency;
 pub mod limit;
@@ -29,6 +30,7 @@ pub const ALL: &[&str] = &[
     "latency",
     "isolation",
     "retry_lateness",
+    "backlog",
 ];
 
 /// What later scenarios may use from earlier ones.
