@@ -16,10 +16,18 @@
 //! drops the answer. It never seeks, so it cannot change what is fetched, only
 //! when. Off the engine's loop (the ask blocks for a round trip); a partition
 //! asked for again while an ask is queued is asked once.
+//!
+//! It holds the consumers weakly, only for the length of an ask, and dropping
+//! it joins the thread: each poller thread must hold its consumer last, so that
+//! the consumer's close (leaving the group, the final revoke) happens there,
+//! when the pollers are stopped. A first version held them strongly, the
+//! consumers then closed whenever this thread ended, and `make faults`
+//! `rolling_restart` saw deliveries repeated across the handovers.
 
 use std::{
     collections::BTreeSet,
-    sync::{mpsc as sync_mpsc, Arc},
+    sync::{mpsc as sync_mpsc, Arc, Weak},
+    thread::JoinHandle,
     time::Duration,
 };
 
@@ -34,10 +42,11 @@ use crate::{
 /// only the asks behind it, and the fetcher still wakes within its second.
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The waking thread; it ends when this is dropped.
+/// The waking thread; dropping this ends it and waits for it.
 #[derive(Debug)]
 pub(crate) struct FetchWaker {
-    asks: sync_mpsc::Sender<(usize, i32)>,
+    asks: Option<sync_mpsc::Sender<(usize, i32)>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl FetchWaker {
@@ -47,16 +56,18 @@ impl FetchWaker {
         consumers: &Consumers,
         topics: Vec<String>,
     ) -> Result<Self, DispatcherError> {
-        let consumers: Vec<Arc<BaseConsumer<DispatchContext>>> = consumers.clone();
+        let consumers: Vec<Weak<BaseConsumer<DispatchContext>>> =
+            consumers.iter().map(Arc::downgrade).collect();
         let (asks, asked) = sync_mpsc::channel::<(usize, i32)>();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("dispatch-wake".into())
             .spawn(move || {
                 while let Ok(first) = asked.recv() {
                     let mut due: BTreeSet<(usize, i32)> = BTreeSet::from([first]);
                     due.extend(asked.try_iter());
                     for (input, partition) in due {
-                        let (Some(consumer), Some(topic)) = (consumers.get(input), topics.get(input))
+                        let (Some(consumer), Some(topic)) =
+                            (consumers.get(input).and_then(Weak::upgrade), topics.get(input))
                         else {
                             continue;
                         };
@@ -67,12 +78,29 @@ impl FetchWaker {
                 }
             })
             .map_err(DispatcherError::Thread)?;
-        Ok(Self { asks })
+        Ok(Self {
+            asks: Some(asks),
+            thread: Some(thread),
+        })
     }
 
     /// Asks for a wake-up of the fetcher of `input`'s `partition`.
     pub(crate) fn wake(&self, input: usize, partition: i32) {
-        // The thread is gone only when the engine is: nothing left to wake.
-        let _ = self.asks.send((input, partition));
+        if let Some(asks) = &self.asks {
+            // The thread ends only when this is dropped.
+            let _ = asks.send((input, partition));
+        }
+    }
+}
+
+impl Drop for FetchWaker {
+    /// Ends the thread and waits for it: at most one ask in flight
+    /// ([`ASK_TIMEOUT`]), so the pollers stopped after the engine hold their
+    /// consumers last.
+    fn drop(&mut self) {
+        drop(self.asks.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
