@@ -52,10 +52,31 @@ pub fn client_config(common: &CommonArgs, client_id: &str) -> Result<ClientConfi
 }
 
 /// A base consumer configuration: [`client_config`] plus the consumer-only
-/// passthrough (`-X` properties of scope `C`, then `--consumer-X`).
+/// passthrough (`-X` properties of scope `C`, then `--consumer-X`), over
+/// [`CONSUMER_DEFAULTS`] (an operator's `-X` of the same key wins).
 pub fn consumer_config(common: &CommonArgs, client_id: &str) -> Result<ClientConfig, RuntimeError> {
-    client_config_for(common, client_id, ClientKind::Consumer)
+    overlay(
+        defaults(CONSUMER_DEFAULTS),
+        common,
+        client_id,
+        ClientKind::Consumer,
+    )
 }
+
+/// librdkafka defaults every hookline consumer changes.
+///
+/// `fetch.queue.backoff.ms` (librdkafka: 1000): once a partition's prefetch
+/// queue passes `queued.max.messages.kbytes`, librdkafka does not fetch it
+/// again for this long, even when the queue empties sooner — and a pause
+/// empties it at once (a paused partition's prefetched records are dropped
+/// and fetched again from the application's position on resume). A
+/// dispatcher moving a whale's burst to its overflow lane filled its 16 MiB
+/// queue in one fetch, paused for pending writes, resumed 20 ms later and
+/// then sat idle for the rest of the second, five times in a row: the
+/// tenants behind the burst waited ~5 s instead of ~2 s (see README,
+/// "Isolation with a 100,000-delivery whale"). 10 ms costs a timer check per
+/// full partition, no request.
+pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[("fetch.queue.backoff.ms", "10")];
 
 /// A base producer configuration: [`client_config`] plus the producer-only
 /// passthrough (`-X` properties of scope `P`, then `--producer-X`).
@@ -63,18 +84,23 @@ pub fn producer_config(common: &CommonArgs, client_id: &str) -> Result<ClientCon
     client_config_for(common, client_id, ClientKind::Producer)
 }
 
-/// [`producer_config`] with `defaults` set before the passthrough, so that
+/// [`producer_config`] with `settings` set before the passthrough, so that
 /// an operator's `-X` of the same key wins over them.
 pub fn producer_config_with(
     common: &CommonArgs,
     client_id: &str,
-    defaults: &[(&str, &str)],
+    settings: &[(&str, &str)],
 ) -> Result<ClientConfig, RuntimeError> {
+    overlay(defaults(settings), common, client_id, ClientKind::Producer)
+}
+
+/// A configuration holding only `settings`, for [`overlay`] to go over.
+fn defaults(settings: &[(&str, &str)]) -> ClientConfig {
     let mut config = ClientConfig::new();
-    for (key, value) in defaults {
+    for (key, value) in settings {
         config.set(*key, *value);
     }
-    overlay(config, common, client_id, ClientKind::Producer)
+    config
 }
 
 fn client_config_for(
@@ -344,5 +370,18 @@ mod tests {
         let over = producer_config_with(&set, "p", &defaults).unwrap();
         assert_eq!(over.get("retry.backoff.ms"), Some("250"));
         assert_eq!(over.get("linger.ms"), Some("9"));
+    }
+
+    #[test]
+    fn every_consumer_fetches_again_soon_after_its_queue_was_full_unless_told_otherwise() {
+        let plain = consumer_config(&common(&[]), "c").unwrap();
+        assert_eq!(plain.get("fetch.queue.backoff.ms"), Some("10"));
+        let grouped = group_config(&common(&[]), "c", "g", Some("m")).unwrap();
+        assert_eq!(grouped.get("fetch.queue.backoff.ms"), Some("10"));
+        let set = common(&["--consumer-X", "fetch.queue.backoff.ms=500"]);
+        let over = group_config(&set, "c", "g", None).unwrap();
+        assert_eq!(over.get("fetch.queue.backoff.ms"), Some("500"));
+        let producer = producer_config(&common(&[]), "p").unwrap();
+        assert_eq!(producer.get("fetch.queue.backoff.ms"), None);
     }
 }
