@@ -72,8 +72,8 @@ pub fn consumer_config(common: &CommonArgs, client_id: &str) -> Result<ClientCon
 /// and fetched again from the application's position on resume). A
 /// dispatcher moving a whale's burst to its overflow lane filled its 16 MiB
 /// queue in one fetch, paused for pending writes, resumed 20 ms later and
-/// then sat idle for the rest of the second, five times in a row: the
-/// tenants behind the burst waited ~5 s instead of ~2 s (see README,
+/// then sat idle for the rest of the second, again and again: the tenants
+/// behind the burst waited up to 5.6–5.9 s instead of 1.8–3.1 s (README,
 /// "Isolation with a 100,000-delivery whale"). 10 ms costs a timer check per
 /// full partition, no request.
 pub const CONSUMER_DEFAULTS: &[(&str, &str)] = &[("fetch.queue.backoff.ms", "10")];
