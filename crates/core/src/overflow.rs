@@ -13,15 +13,21 @@
 //! and the partition behind it keeps flowing. It is demoted when its backlog
 //! stays at or below [`demote_records`](OverflowSettings::demote_records) for
 //! [`demote_after`](OverflowSettings::demote_after). Both thresholds and both
-//! times are hysteresis: a bursty tenant does not flap.
+//! times are hysteresis: a bursty tenant does not flap. One exception: a key
+//! whose backlog reaches
+//! [`promote_at_once_records`](OverflowSettings::promote_at_once_records) (by
+//! default half of a partition's buffer) is promoted at that observation —
+//! it already holds enough of the partition's buffer to stall the tenants
+//! behind it, and every second of hysteresis is a second they wait.
 //!
 //! Guarantees (tested below):
 //! - at most [`lanes`](OverflowSettings::lanes) keys are promoted at once;
 //!   when more qualify, the largest backlogs go first and
 //!   [`Promotions::waiting`] counts the rest (the ceiling alert);
 //! - a promotion needs the backlog high at every observation for the whole
-//!   `promote_after`, a demotion needs it low for the whole `demote_after`;
-//!   one observation on the other side restarts the clock;
+//!   `promote_after` (or at least `promote_at_once_records` at one), a
+//!   demotion needs it low for the whole `demote_after`; one observation on
+//!   the other side restarts the clock;
 //! - `lanes = 0` promotes nothing.
 
 use std::{
@@ -39,6 +45,9 @@ pub struct OverflowSettings {
     /// promoted once it has stayed there `promote_after`.
     pub promote_records: usize,
     pub promote_after: Duration,
+    /// Backlog at or above which a key is promoted at once, without waiting
+    /// out `promote_after`; 0 never. At least `promote_records` when set.
+    pub promote_at_once_records: usize,
     /// Backlog at or below which a promoted key is demoted once it has
     /// stayed there `demote_after`.
     pub demote_records: usize,
@@ -51,6 +60,8 @@ impl OverflowSettings {
         lanes: 8,
         promote_records: 1_000,
         promote_after: Duration::from_secs(1),
+        // Half of the dispatcher's default partition buffer (5,000).
+        promote_at_once_records: 2_500,
         demote_records: 100,
         demote_after: Duration::from_secs(30),
     };
@@ -64,6 +75,13 @@ impl OverflowSettings {
             return Err(format!(
                 "the demotion threshold ({}) must be below the promotion threshold ({})",
                 self.demote_records, self.promote_records
+            ));
+        }
+        if self.promote_at_once_records != 0 && self.promote_at_once_records < self.promote_records
+        {
+            return Err(format!(
+                "the promote-at-once threshold ({}) must be 0 (never) or at least the promotion threshold ({})",
+                self.promote_at_once_records, self.promote_records
             ));
         }
         Ok(())
@@ -148,7 +166,8 @@ impl<K: Ord + Clone> Promotions<K> {
                 }
             } else if b >= s.promote_records && s.lanes > 0 {
                 let since = *state.crossed_since.get_or_insert(now);
-                if held_for(Some(since), s.promote_after) {
+                let at_once = s.promote_at_once_records != 0 && b >= s.promote_at_once_records;
+                if at_once || held_for(Some(since), s.promote_after) {
                     candidates.push((b, key));
                 }
             } else {
@@ -219,6 +238,7 @@ mod tests {
             lanes,
             promote_records: 100,
             promote_after: Duration::from_millis(1_000),
+            promote_at_once_records: 1_000,
             demote_records: 10,
             demote_after: Duration::from_millis(5_000),
         }
@@ -236,6 +256,33 @@ mod tests {
         assert_eq!(p.observe([("a", 150)], at(2_000)), [Change::Promote("a")]);
         assert!(p.is_promoted(&"a"));
         assert_eq!(p.promoted(), 1);
+    }
+
+    #[test]
+    fn a_backlog_at_the_at_once_threshold_is_promoted_without_waiting() {
+        let mut p = Promotions::new(settings(8));
+        assert!(p.observe([("a", 999)], at(0)).is_empty(), "just below");
+        assert_eq!(p.observe([("a", 1_000)], at(200)), [Change::Promote("a")]);
+        // Never seen before: promoted at its first observation.
+        assert_eq!(p.observe([("b", 4_000)], at(400)), [Change::Promote("b")]);
+        // Demotion keeps its hysteresis.
+        assert!(p.observe([("a", 0), ("b", 4_000)], at(600)).is_empty());
+        assert!(p.is_promoted(&"a"));
+        // The ceiling holds: the largest go first, the rest wait.
+        let mut p = Promotions::new(settings(1));
+        let burst = [("a", 1_500), ("b", 3_000)];
+        assert_eq!(p.observe(burst, at(0)), [Change::Promote("b")]);
+        assert_eq!(p.waiting(), 1);
+        // 0 turns it off: only the time counts.
+        let mut s = settings(8);
+        s.promote_at_once_records = 0;
+        let mut p = Promotions::new(s);
+        assert!(p.observe([("a", 1_000_000)], at(0)).is_empty());
+        assert!(p.observe([("a", 1_000_000)], at(999)).is_empty());
+        assert_eq!(
+            p.observe([("a", 1_000_000)], at(1_000)),
+            [Change::Promote("a")]
+        );
     }
 
     #[test]
@@ -299,5 +346,12 @@ mod tests {
         assert!(s.validate().unwrap_err().contains("below the promotion"));
         s.promote_records = 0;
         assert!(s.validate().is_err());
+        let mut s = settings(8);
+        s.promote_at_once_records = 99;
+        assert!(s.validate().unwrap_err().contains("promote-at-once"));
+        s.promote_at_once_records = 100;
+        assert!(s.validate().is_ok(), "equal to the promotion threshold");
+        s.promote_at_once_records = 0;
+        assert!(s.validate().is_ok(), "never");
     }
 }

@@ -144,6 +144,14 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_OVERFLOW_PROMOTE_AFTER", default_value = "1s", value_parser = parse_duration)]
     pub overflow_promote_after: Duration,
 
+    /// A tenant's backlog on one partition at or above which it is promoted
+    /// at once, without waiting out `--overflow-promote-after`: it already
+    /// holds enough of the partition's buffer to stall the tenants behind it.
+    /// Default: half of `--partition-buffer-records` (at least
+    /// `--overflow-promote-records`); 0 never.
+    #[arg(long, env = "HOOKLINE_OVERFLOW_PROMOTE_AT_ONCE_RECORDS")]
+    pub overflow_promote_at_once_records: Option<usize>,
+
     /// A promoted tenant's backlog at or below which (for
     /// `--overflow-demote-after`) it is demoted.
     #[arg(long, env = "HOOKLINE_OVERFLOW_DEMOTE_RECORDS", default_value_t = OverflowSettings::DEFAULT.demote_records)]
@@ -601,12 +609,15 @@ fn overflow(d: &DispatcherArgs) -> Result<OverflowSettings, DispatcherError> {
         lanes: d.overflow_lanes,
         promote_records: d.overflow_promote_records,
         promote_after: d.overflow_promote_after,
+        promote_at_once_records: d
+            .overflow_promote_at_once_records
+            .unwrap_or((d.partition_buffer_records / 2).max(d.overflow_promote_records)),
         demote_records: d.overflow_demote_records,
         demote_after: d.overflow_demote_after,
     };
     s.validate().map_err(|why| {
         bad(
-            "--overflow-promote-records / --overflow-demote-records",
+            "--overflow-promote-records / --overflow-demote-records / --overflow-promote-at-once-records",
             why,
         )
     })?;
@@ -616,6 +627,15 @@ fn overflow(d: &DispatcherArgs) -> Result<OverflowSettings, DispatcherError> {
             format!(
                 "{} can never be reached: a partition holds at most --partition-buffer-records ({})",
                 s.promote_records, d.partition_buffer_records
+            ),
+        ));
+    }
+    if s.lanes > 0 && s.promote_at_once_records >= d.partition_buffer_records {
+        return Err(bad(
+            "--overflow-promote-at-once-records / HOOKLINE_OVERFLOW_PROMOTE_AT_ONCE_RECORDS",
+            format!(
+                "{} can never be reached: a partition holds at most --partition-buffer-records ({}); 0 turns it off",
+                s.promote_at_once_records, d.partition_buffer_records
             ),
         ));
     }
@@ -928,6 +948,25 @@ mod tests {
     }
 
     #[test]
+    fn promotion_at_once_defaults_to_half_the_partition_buffer() {
+        let at_once = |args: &[&str]| {
+            parse(args)
+                .unwrap()
+                .settings()
+                .unwrap()
+                .overflow
+                .promote_at_once_records
+        };
+        assert_eq!(at_once(&[]), 2_500);
+        assert_eq!(at_once(&["--partition-buffer-records", "1200"]), 1_000);
+        assert_eq!(at_once(&["--overflow-promote-at-once-records", "0"]), 0);
+        assert_eq!(
+            at_once(&["--overflow-promote-at-once-records", "4000"]),
+            4_000
+        );
+    }
+
+    #[test]
     fn inconsistent_values_name_the_flag() {
         let cases: &[(&[&str], &str)] = &[
             (
@@ -956,6 +995,14 @@ mod tests {
             (&["--commit-interval", "11s"], "--commit-interval"),
             (&["--txn-timeout", "0s"], "--txn-timeout"),
             (&["--transactional-id", ""], "--transactional-id"),
+            (
+                &["--overflow-promote-at-once-records", "999"],
+                "--overflow-promote-at-once-records",
+            ),
+            (
+                &["--overflow-promote-at-once-records", "5000"],
+                "--overflow-promote-at-once-records",
+            ),
         ];
         for (args, flag) in cases {
             let err = parse(args).unwrap().settings().unwrap_err().to_string();

@@ -22,7 +22,9 @@ use hookline_envelope::Delivery;
 use hookline_testkit::receiver::Behaviour;
 
 /// Every dispatcher here: a partition buffer of 50 records (the whale's
-/// backlog below is 20× it), and promotion at 10 records for 500 ms.
+/// backlog below is 20× it), and promotion at 10 records for 500 ms, or at
+/// once at 25 (`--overflow-promote-at-once-records` defaults to half the
+/// partition buffer).
 const LANE_FLAGS: [&str; 8] = [
     "--partition-buffer-records",
     "50",
@@ -38,8 +40,9 @@ const WIDE: usize = 850;
 /// How long the whale's endpoint takes to answer.
 const SLOW: Duration = Duration::from_millis(200);
 /// Each small delivery must arrive within this of being produced: promotion
-/// waits `--overflow-promote-after` (500 ms) of a full buffer, then the moves
-/// commit (a transaction, ~100 ms); 3 s leaves room for a loaded CI machine and
+/// comes at the next look (every 200 ms) once the whale holds half the buffer,
+/// at most `--overflow-promote-after` (500 ms) after it holds 10, then the
+/// moves commit (a transaction, ~100 ms); 3 s leaves room for a loaded CI machine and
 /// does not grow with the whale's backlog (which would take 40 s to drain).
 const BOUND: Duration = Duration::from_secs(3);
 
