@@ -454,11 +454,20 @@ fn check_case(
     let bound = REQUEST_TIMEOUT + SLACK;
     let mut longest = Duration::ZERO;
     let mut left_open = 0;
+    let mut held = Vec::new();
     for c in &conns {
         match c.closed_after() {
             Some(after) => longest = longest.max(after),
             None if c.settled() || c.ended_at.is_some() => {}
-            None => left_open += 1,
+            None => {
+                left_open += 1;
+                held.push(format!(
+                    "{} requests read, {} answered, open {:.1} s",
+                    c.requests,
+                    c.responses,
+                    c.accepted_at.elapsed().as_secs_f64()
+                ));
+            }
         }
     }
     let requests: usize = conns.iter().map(|c| c.requests as usize).sum();
@@ -496,8 +505,9 @@ fn check_case(
     }
     if left_open > 0 {
         problems.push(format!(
-            "{}: {left_open} connections neither closed nor reusable",
-            case.sub
+            "{}: {left_open} connections neither closed nor reusable ({})",
+            case.sub,
+            held.join("; ")
         ));
     }
     if max_written > MAX_BYTES_PER_ATTEMPT {
