@@ -163,16 +163,9 @@ impl Connection {
     }
 
     /// Closed by the client, or idle: every request answered in full and the
-    /// connection kept alive for the next one — also a connection that has
-    /// carried none yet. hyper-util's pool races a new connect against a
-    /// connection being returned; when the returned one wins, the new one is
-    /// finished in the background and kept idle in the pool, unused: reusable,
-    /// not held. (The `hostile_endpoints` fault scenario counted such a
-    /// connection of its 302 endpoint, 2 connections for 4 requests, as "held
-    /// open by the client".) A request read and never answered still counts
-    /// as unsettled until the client closes.
+    /// connection kept alive for the next one.
     pub fn settled(&self) -> bool {
-        self.client_closed_at.is_some() || self.responses == self.requests
+        self.client_closed_at.is_some() || (self.requests > 0 && self.responses == self.requests)
     }
 
     /// From accept until the server stopped serving, if it did.
