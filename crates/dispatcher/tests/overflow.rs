@@ -64,14 +64,33 @@ impl Drop for Dispatcher {
     }
 }
 
+/// Both processes are one replica restarted, as a container restarted in its
+/// pod is: the same transactional id (in a pod the default is the pod's name
+/// and pid 1), so the restart's `init_transactions` aborts at once whatever
+/// the killed process left open. Under a new id the restart would first wait
+/// for the broker to time that transaction out (the dispatcher's 10 s
+/// `transaction.timeout.ms`): when the kill lands while offsets are being
+/// committed, the committed offsets of those partitions stay unreadable until
+/// then (KIP-447) — crash recovery, the same with or without a whale, not the
+/// bound this test holds the dispatcher to (the fault suite's
+/// `kill_dispatcher_retrying` covers the new-id restart).
 fn spawn(env: &Env) -> Dispatcher {
-    let mut flags = vec!["--group-session-timeout", "6s"];
+    let transactional_id = format!("{}-replica-0", env.group);
+    let mut flags = vec![
+        "--group-session-timeout",
+        "6s",
+        "--transactional-id",
+        &transactional_id,
+    ];
     flags.extend(LANE_FLAGS);
     let args = env.args(&flags);
     Dispatcher(
         Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
             .args(&args[1..])
-            .env("HOOKLINE_LOG", "warn,hookline_dispatcher::events=info")
+            .env(
+                "HOOKLINE_LOG",
+                hookline_testkit::pipeline::with_stage_log("warn,hookline_dispatcher::events=info"),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -108,21 +127,26 @@ fn assert_within_bound(env: &Env, phase: &str, sent: &[Delivery]) {
         .map(|r| (r.header("webhook-id").to_owned(), r.received_at))
         .collect();
     let mut worst = Duration::ZERO;
-    for d in sent {
+    let mut which = 0;
+    for (n, d) in sent.iter().enumerate() {
         let at = arrived
             .get(&d.delivery_id)
             .unwrap_or_else(|| panic!("{phase}: small delivery {} never arrived", d.delivery_id));
         let created = hookline_core::epoch::from_millis(d.created_at);
         let waited = at.duration_since(created).unwrap_or_default();
-        worst = worst.max(waited);
+        if waited > worst {
+            (worst, which) = (waited, n);
+        }
     }
     eprintln!(
-        "{phase}: {} small deliveries, the slowest took {worst:?}",
-        sent.len()
+        "{phase}: {} small deliveries, the slowest took {worst:?} (number {which}, {})",
+        sent.len(),
+        sent[which].delivery_id
     );
     assert!(
         worst <= BOUND,
-        "{phase}: a small delivery waited {worst:?} behind the whale (bound {BOUND:?})"
+        "{phase}: small delivery number {which} of {} waited {worst:?} behind the whale (bound {BOUND:?})",
+        sent.len()
     );
 }
 
@@ -276,20 +300,35 @@ async fn capacity_names_the_promoted_whale_and_who_holds_the_slots() {
         .await;
     let from = stage.addr().to_string();
 
-    // The report is refreshed every second: wait for the promotion to show.
+    // The report is refreshed every second: wait for the promotion to show,
+    // with the whale holding records again. Right after the promotion it can
+    // hold none for a moment: its buffered records were moved to the lane and
+    // are not read back yet, and its last attempts from `deliveries` are done.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let holding = |fleet: &serde_json::Value| {
+        fleet["top_tenants"].as_array().is_some_and(|top| {
+            top.iter().any(|t| {
+                t["tenant_id"] == "whale-co"
+                    && t["buffered"].as_u64().unwrap_or(0) + t["in_flight"].as_u64().unwrap_or(0)
+                        > 0
+            })
+        })
+    };
     let fleet = loop {
         // Until the engine's first report (a second after it starts), the
         // replica answers 404 and the command lists it as unreachable.
         let (ok, out, err) = capacity(&["--from", &from, "--json"]).await;
         let fleet: serde_json::Value = serde_json::from_str(&out).unwrap();
         let promoted = fleet["replicas"][0]["overflow"]["promoted"].as_array();
-        if ok && promoted.is_some_and(|p| p.iter().any(|p| p["tenant_id"] == "whale-co")) {
+        if ok
+            && promoted.is_some_and(|p| p.iter().any(|p| p["tenant_id"] == "whale-co"))
+            && holding(&fleet)
+        {
             break fleet;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the whale was never reported promoted: {out} {err}"
+            "the whale was never reported promoted and holding records: {out} {err}"
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
@@ -306,10 +345,6 @@ async fn capacity_names_the_promoted_whale_and_who_holds_the_slots() {
     let top = &fleet["top_tenants"][0];
     assert_eq!(top["tenant_id"], "whale-co", "{fleet}");
     assert!(top["worker_seconds"].as_f64().unwrap() > 0.0, "{fleet}");
-    assert!(
-        top["buffered"].as_u64().unwrap() + top["in_flight"].as_u64().unwrap() > 0,
-        "{fleet}"
-    );
     assert_eq!(
         fleet["top_subscriptions"][0]["subscription_id"],
         "whale-sub"

@@ -79,7 +79,13 @@ impl Spec {
 
 /// The default `--log` of every stage, plus `HOOKLINE_STAGE_LOG`'s directives.
 fn stage_log_filter() -> String {
-    let base = "warn,hookline_runtime::ops=info";
+    with_stage_log("warn,hookline_runtime::ops=info")
+}
+
+/// `base` (a stage's `--log`/`HOOKLINE_LOG` filter), extended by
+/// `HOOKLINE_STAGE_LOG`'s directives when set: how a test that starts a stage
+/// itself lets a run be looked into.
+pub fn with_stage_log(base: &str) -> String {
     match std::env::var("HOOKLINE_STAGE_LOG") {
         Ok(extra) if !extra.trim().is_empty() => format!("{base},{}", extra.trim()),
         _ => base.to_owned(),
