@@ -621,24 +621,29 @@ fn overflow(d: &DispatcherArgs) -> Result<OverflowSettings, DispatcherError> {
             why,
         )
     })?;
-    if s.lanes > 0 && s.promote_records >= d.partition_buffer_records {
-        return Err(bad(
-            "--overflow-promote-records / HOOKLINE_OVERFLOW_PROMOTE_RECORDS",
-            format!(
-                "{} can never be reached: a partition holds at most --partition-buffer-records ({})",
-                s.promote_records, d.partition_buffer_records
-            ),
-        ));
-    }
-    if s.lanes > 0 && s.promote_at_once_records >= d.partition_buffer_records {
-        return Err(bad(
-            "--overflow-promote-at-once-records / HOOKLINE_OVERFLOW_PROMOTE_AT_ONCE_RECORDS",
-            format!(
-                "{} can never be reached: a partition holds at most --partition-buffer-records ({}); 0 turns it off",
-                s.promote_at_once_records, d.partition_buffer_records
-            ),
-        ));
-    }
+    // A threshold at or above the partition's buffer can never be reached.
+    let reachable = |flag: &'static str, records: usize, hint: &str| {
+        if s.lanes > 0 && records >= d.partition_buffer_records {
+            return Err(bad(
+                flag,
+                format!(
+                    "{records} can never be reached: a partition holds at most --partition-buffer-records ({}){hint}",
+                    d.partition_buffer_records
+                ),
+            ));
+        }
+        Ok(())
+    };
+    reachable(
+        "--overflow-promote-records / HOOKLINE_OVERFLOW_PROMOTE_RECORDS",
+        s.promote_records,
+        "",
+    )?;
+    reachable(
+        "--overflow-promote-at-once-records / HOOKLINE_OVERFLOW_PROMOTE_AT_ONCE_RECORDS",
+        s.promote_at_once_records,
+        "; 0 turns it off",
+    )?;
     Ok(s)
 }
 
