@@ -453,7 +453,7 @@ fn check_case(
     let conns = server.connections();
     let bound = REQUEST_TIMEOUT + SLACK;
     let mut longest = Duration::ZERO;
-    let mut left_open = 0;
+    // What each connection the client holds open (neither closed nor reusable) saw.
     let mut held = Vec::new();
     for c in &conns {
         match c.closed_after() {
@@ -466,7 +466,6 @@ fn check_case(
             // must still wait for a TLS handshake's end.)
             None if c.requests == 0 && c.error.is_none() => {}
             None => {
-                left_open += 1;
                 held.push(format!(
                     "{} requests read, {} answered, open {:.1} s",
                     c.requests,
@@ -497,8 +496,8 @@ fn check_case(
         conns.len(),
         longest.as_secs_f64(),
         max_written,
-        if left_open > 0 {
-            format!(", {left_open} held open by the client")
+        if !held.is_empty() {
+            format!(", {} held open by the client", held.len())
         } else {
             String::new()
         }
@@ -509,10 +508,11 @@ fn check_case(
             case.sub
         ));
     }
-    if left_open > 0 {
+    if !held.is_empty() {
         problems.push(format!(
-            "{}: {left_open} connections neither closed nor reusable ({})",
+            "{}: {} connections neither closed nor reusable ({})",
             case.sub,
+            held.len(),
             held.join("; ")
         ));
     }
