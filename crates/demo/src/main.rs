@@ -3,7 +3,7 @@
 //! Tenants with healthy, slow, flaky, gone and down endpoints receive a
 //! stream of events; the terminal shows each delivery's fate live, and the
 //! demo ends with a summary whose numbers add up. The retry ladder runs in
-//! seconds instead of hours so the story plays out in about a minute.
+//! seconds instead of hours so the story plays out in about half a minute.
 //!
 //! The mock cluster has no real transactions or compaction: this demo shows
 //! behaviour, it proves nothing about exactly-once (the real-Kafka tests do).
@@ -41,6 +41,10 @@ const LADDER: &[(&str, &str)] = &[
     ("retry-15m", "4s"),
     ("retry-2h", "8s"),
 ];
+
+/// How long the demo's breakers may stay open before their subscription is
+/// disabled (`--breaker-disable-after`; five days by default).
+const BREAKER_DISABLE_AFTER: &str = "20s";
 
 /// hookline demo: every stage in-process on an embedded broker.
 #[derive(Debug, Parser)]
@@ -93,7 +97,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     writeln!(out, "hookline demo: fanout, dispatcher and dlq-sink in one process on librdkafka's mock cluster.")?;
     writeln!(
         out,
-        "The retry ladder runs in seconds here ({}), so the story takes about a minute.",
+        "The retry ladder runs in seconds here ({}), so the story takes about half a minute.",
         LADDER
             .iter()
             .map(|(t, d)| format!("{t}={d}"))
@@ -113,9 +117,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let closed = std::net::TcpListener::bind("127.0.0.1:0")?;
         format!("http://{}/hook", closed.local_addr()?)
     };
-    // The flaky endpoint fails about two attempts' worth of its requests, so
-    // its deliveries recover on the ladder instead of exhausting it.
-    let flaky_failures = (2 * cli.events_per_tenant).min(25) as u32;
+    // The flaky endpoint fails ten requests in a row (which opens its
+    // breaker, `--breaker-failures` 10) and then two probes, at most: its
+    // breaker is open for about 6 s, far from `BREAKER_DISABLE_AFTER`, and
+    // its deliveries recover instead of exhausting the ladder.
+    let flaky_failures = (2 * cli.events_per_tenant).min(12) as u32;
     let endpoints = scenario::configure(&receiver, &down_url, flaky_failures);
     let secrets = tempfile::tempdir()?;
     let archive = tempfile::tempdir()?;
@@ -299,8 +305,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         total.expected
     )?;
     writeln!(out, "  delivered                   {}", total.delivered)?;
+    writeln!(out, "  dead-lettered               {}", total.dead_total())?;
     for (reason, n) in &total.dead {
-        writeln!(out, "  dead-lettered ({reason:<12}) {n}")?;
+        writeln!(out, "    {reason:<25} {n}")?;
     }
     writeln!(
         out,
@@ -421,6 +428,10 @@ fn start_stages(
             "2s",
             "--breaker-open-max",
             "4s",
+            // The down endpoint's breaker stays open: its subscription is
+            // disabled and what it parked is kept as dead letters.
+            "--breaker-disable-after",
+            BREAKER_DISABLE_AFTER,
         ]))?
         .c;
     let archive = archive.display().to_string();

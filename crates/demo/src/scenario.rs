@@ -1,5 +1,5 @@
 //! The demo's cast: tenants, their subscriptions and how each endpoint
-//! behaves, chosen so every path of the pipeline shows up in about a minute.
+//! behaves, chosen so every path of the pipeline shows up in about half a minute.
 
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ pub struct Endpoint {
 pub const EVENT_TYPES: [&str; 3] = ["invoice.paid", "order.created", "invoice.voided"];
 
 /// The endpoints, one or two per tenant. The flaky one fails its first
-/// `flaky_failures` requests (so it recovers within the ladder).
+/// `flaky_failures` requests (so its breaker opens and it recovers).
 pub fn endpoints(flaky_failures: u32) -> Vec<Endpoint> {
     vec![
         Endpoint {
@@ -58,8 +58,9 @@ pub fn endpoints(flaky_failures: u32) -> Vec<Endpoint> {
             subscription: "initech-all",
             patterns: &["*"],
             max_in_flight: 4,
-            story: "503 for a while (its first requests), then recovers: the run of 503s \
-                    opens its circuit breaker, which parks its deliveries until a probe succeeds",
+            story: "503 for its first requests, then recovers: the run of 503s opens its \
+                    circuit breaker, which parks its deliveries (no attempt spent) until a probe \
+                    succeeds",
             path: Some("/initech"),
             behaviour: Behaviour::status(204).fail_first(flaky_failures, 503),
         },
@@ -78,7 +79,9 @@ pub fn endpoints(flaky_failures: u32) -> Vec<Endpoint> {
             subscription: "hooli-down",
             patterns: &["order.*"],
             max_in_flight: 4,
-            story: "down (connection refused): retried up the ladder, then dead-lettered",
+            story: "down (connection refused): retried up the ladder; once its breaker opens, \
+                    its deliveries are parked and one probe at a time climbs; open for 20 s, \
+                    the subscription is disabled and what it parked is kept as dead letters",
             path: None,
             behaviour: Behaviour::status(204),
         },
