@@ -90,9 +90,11 @@ pub struct DispatcherArgs {
     #[arg(long, env = "HOOKLINE_POOL_IDLE_TIMEOUT", default_value = http::POOL_IDLE_TIMEOUT_TEXT, value_parser = parse_duration)]
     pub pool_idle_timeout: Duration,
 
-    /// Most idle connections kept per endpoint host.
-    #[arg(long, env = "HOOKLINE_POOL_MAX_IDLE_PER_HOST", default_value_t = http::POOL_MAX_IDLE_PER_HOST)]
-    pub pool_max_idle_per_host: usize,
+    /// Most idle connections kept per endpoint host [default: as many as
+    /// --global-in-flight, so none that the next attempt to the host could
+    /// reuse is closed; idle ones close after --pool-idle-timeout].
+    #[arg(long, env = "HOOKLINE_POOL_MAX_IDLE_PER_HOST")]
+    pub pool_max_idle_per_host: Option<usize>,
 
     /// Most attempts in flight in this replica.
     #[arg(long, env = "HOOKLINE_GLOBAL_IN_FLIGHT", default_value_t = LaneLimits::DEFAULT.global_in_flight)]
@@ -566,7 +568,9 @@ impl Config {
                 allow_http: d.egress_allow_http,
                 egress: EgressPolicy::new(d.egress_allow_cidr.clone()),
                 pool_idle_timeout: d.pool_idle_timeout,
-                pool_max_idle_per_host: d.pool_max_idle_per_host,
+                pool_max_idle_per_host: d
+                    .pool_max_idle_per_host
+                    .unwrap_or(d.global_in_flight as usize),
                 extra_roots,
             },
             max_payload_bytes: d.max_payload_bytes,
@@ -749,6 +753,29 @@ mod tests {
             s.revoke_wait(),
             Duration::from_secs(30),
             "as before: request + 15s"
+        );
+    }
+
+    #[test]
+    fn idle_connections_kept_follow_the_global_in_flight_unless_set() {
+        let idle = |args: &[&str]| {
+            parse(args)
+                .unwrap()
+                .settings()
+                .unwrap()
+                .http
+                .pool_max_idle_per_host
+        };
+        assert_eq!(idle(&[]), LaneLimits::DEFAULT.global_in_flight as usize);
+        assert_eq!(idle(&["--global-in-flight", "1000"]), 1000);
+        assert_eq!(
+            idle(&[
+                "--global-in-flight",
+                "1000",
+                "--pool-max-idle-per-host",
+                "8"
+            ]),
+            8
         );
     }
 

@@ -144,6 +144,8 @@ struct State {
     seen_ids: Mutex<HashMap<String, u32>>,
     /// Per path: requests being handled now, and the most at once.
     in_flight: Mutex<HashMap<String, (usize, usize)>>,
+    /// TCP connections accepted.
+    connections: std::sync::atomic::AtomicUsize,
     arrived: Notify,
 }
 
@@ -275,6 +277,14 @@ impl Receiver {
         lock(&self.state.requests).len()
     }
 
+    /// TCP connections accepted so far: how many a sender opened, so a test
+    /// can tell a reused keep-alive connection from a new one.
+    pub fn connections(&self) -> usize {
+        self.state
+            .connections
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Waits until `done` holds for the requests so far, or `timeout` passes;
     /// returns whether it held.
     /// The most requests to `path` the receiver was handling at once (from
@@ -313,6 +323,9 @@ async fn accept_loop(
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        state
+            .connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let state = Arc::clone(&state);
         let tls = tls.clone();
         tokio::spawn(async move {

@@ -134,6 +134,45 @@ async fn allowed_post_reads_status_retry_after_and_a_capped_body() {
     assert_eq!(reqs[0].header("content-type"), "application/json");
 }
 
+/// The default pool keeps every connection a burst to one host opened:
+/// a second burst as large reuses them instead of connecting again.
+#[tokio::test]
+async fn a_second_burst_to_one_host_reuses_the_first_bursts_connections() {
+    const BURST: usize = 64;
+    let rx = Receiver::start().await.unwrap();
+    // Slow enough that the whole burst is in flight at once.
+    rx.set(
+        "/",
+        Behaviour::status(204).delay(Duration::from_millis(200)),
+    );
+    let client = WebhookClient::new(settings(&["127.0.0.0/8"], true)).unwrap();
+    let burst = || {
+        futures::future::join_all((0..BURST).map(|_| {
+            let client = client.clone();
+            let url = rx.url("/");
+            async move { client.post(post(&url)).await.map(|r| r.status) }
+        }))
+    };
+    for got in burst().await {
+        assert_eq!(got.unwrap(), 204);
+    }
+    let opened = rx.connections();
+    assert!(
+        opened >= BURST / 2,
+        "the first burst opened {opened} connections"
+    );
+    for got in burst().await {
+        assert_eq!(got.unwrap(), 204);
+    }
+    // With the old default (32 idle per host) the second burst opened 32
+    // more; a few may still be on their way back to the pool.
+    let reopened = rx.connections() - opened;
+    assert!(
+        reopened <= BURST / 8,
+        "the second burst opened {reopened} new connections beside the first {opened}"
+    );
+}
+
 #[tokio::test]
 async fn redirects_are_returned_not_followed() {
     let rx = Receiver::start().await.unwrap();
