@@ -308,9 +308,12 @@ async fn capacity_names_the_promoted_whale_and_who_holds_the_slots() {
     let holding = |fleet: &serde_json::Value| {
         fleet["top_tenants"].as_array().is_some_and(|top| {
             top.iter().any(|t| {
+                // Worker-seconds count finished attempts: a report read
+                // while the whale's first ones are in flight shows 0.
                 t["tenant_id"] == "whale-co"
                     && t["buffered"].as_u64().unwrap_or(0) + t["in_flight"].as_u64().unwrap_or(0)
                         > 0
+                    && t["worker_seconds"].as_f64().unwrap_or(0.0) > 0.0
             })
         })
     };
