@@ -8,7 +8,7 @@
 //! past the last row read. Time is passed in; nothing here does I/O.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{btree_map::Entry, BTreeMap, HashMap},
     time::Duration,
 };
 
@@ -118,25 +118,30 @@ impl OpenFiles {
             topic: row.topic.clone(),
             partition: row.partition,
         };
-        let file = self.files.entry(key).or_insert_with(|| OpenFile {
-            writer: Writer::with_codec(
-                &SCHEMA,
-                Vec::new(),
-                Codec::Deflate(DeflateSettings::default()),
-            ),
-            opened_ms: now_ms,
-            first_offset: row.offset,
-            rows: 0,
-            approx_bytes: 0,
-            oldest_ts_ms: row.kafka_timestamp.unwrap_or(now_ms),
-            reasons: BTreeMap::new(),
-        });
-        file.writer.append_ser(row).map_err(|source| EncodeError {
+        let failed = |source| EncodeError {
             topic: row.topic.clone(),
             partition: row.partition,
             offset: row.offset,
             source,
-        })?;
+        };
+        let file = match self.files.entry(key) {
+            Entry::Occupied(open) => open.into_mut(),
+            Entry::Vacant(slot) => slot.insert(OpenFile {
+                writer: Writer::with_codec(
+                    &SCHEMA,
+                    Vec::new(),
+                    Codec::Deflate(DeflateSettings::default()),
+                )
+                .map_err(failed)?,
+                opened_ms: now_ms,
+                first_offset: row.offset,
+                rows: 0,
+                approx_bytes: 0,
+                oldest_ts_ms: row.kafka_timestamp.unwrap_or(now_ms),
+                reasons: BTreeMap::new(),
+            }),
+        };
+        file.writer.append_ser(row).map_err(failed)?;
         let size = ROW_OVERHEAD
             + row.value.as_ref().map_or(0, Vec::len)
             + row.key.as_ref().map_or(0, Vec::len);

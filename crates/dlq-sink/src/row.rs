@@ -67,7 +67,7 @@ pub struct ArchiveHeader {
     /// Header name.
     pub name: String,
     /// Header value, if any.
-    #[serde(default, with = "apache_avro::serde_avro_bytes_opt")]
+    #[serde(default, with = "apache_avro::serde::bytes_opt")]
     pub value: Option<Vec<u8>>,
 }
 
@@ -84,7 +84,7 @@ pub struct ArchiveRow {
     #[serde(default)]
     pub kafka_timestamp: Option<i64>,
     /// Kafka key.
-    #[serde(default, with = "apache_avro::serde_avro_bytes_opt")]
+    #[serde(default, with = "apache_avro::serde::bytes_opt")]
     pub key: Option<Vec<u8>>,
     /// Kafka headers, in order.
     #[serde(default)]
@@ -123,7 +123,7 @@ pub struct ArchiveRow {
     #[serde(default)]
     pub detail: Option<String>,
     /// The original value bytes.
-    #[serde(default, with = "apache_avro::serde_avro_bytes_opt")]
+    #[serde(default, with = "apache_avro::serde::bytes_opt")]
     pub value: Option<Vec<u8>>,
     /// Why the value did not decode.
     #[serde(default)]

@@ -8,12 +8,16 @@
 //! the expected record's schema, resolved to the reader's schema, and says precisely what
 //! was wrong otherwise.
 
-use apache_avro::{from_avro_datum, from_value};
+use std::{collections::HashMap, sync::LazyLock};
+
+use apache_avro::{
+    from_value, reader::datum::GenericDatumReader, writer::datum::GenericDatumWriter, AvroResult,
+};
 
 use crate::{
     guard,
     records::{QuarantineReason, Record},
-    schema::{RecordKind, Registry},
+    schema::{KnownSchema, RecordKind, Registry},
 };
 pub use crate::{
     guard::DatumError,
@@ -88,10 +92,50 @@ pub fn encode<T: Record>(record: &T) -> Vec<u8> {
     let known = T::schema();
     let mut out = Vec::with_capacity(256);
     out.extend_from_slice(&known.header());
-    if let Err(e) = apache_avro::write_avro_datum_ref(known.schema(), record, &mut out) {
+    let written = match compiled(known) {
+        Some(c) => c.writer.write_ser(&mut out, record),
+        None => GenericDatumWriter::builder(known.schema())
+            .build()
+            .and_then(|w| w.write_ser(&mut out, record)),
+    };
+    if let Err(e) = written {
         panic!("{} does not match its own schema: {e}", T::KIND);
     }
     out
+}
+
+/// A schema's reader and writer with its names resolved once, so that a record is read
+/// straight into its Rust type (no `Value` in between) and written without resolving names
+/// per call.
+struct Compiled {
+    reader: GenericDatumReader<'static>,
+    writer: GenericDatumWriter<'static>,
+}
+
+/// [`Compiled`] for every schema of the global registry, by fingerprint.
+static COMPILED: LazyLock<HashMap<u64, Compiled>> = LazyLock::new(|| {
+    Registry::global()
+        .known()
+        .map(|known| {
+            let compile = || -> AvroResult<Compiled> {
+                Ok(Compiled {
+                    reader: GenericDatumReader::builder(known.schema()).build()?,
+                    writer: GenericDatumWriter::builder(known.schema()).build()?,
+                })
+            };
+            match compile() {
+                Ok(c) => (known.fingerprint(), c),
+                // Unreachable: the registry parsed and checked every schema it holds.
+                Err(e) => panic!("{} schema {:016x}: {e}", known.kind(), known.fingerprint()),
+            }
+        })
+        .collect()
+});
+
+/// The compiled reader and writer of `schema`, if the global registry knows it (a schema is
+/// its fingerprint: equal fingerprints are equal canonical forms).
+fn compiled(schema: &KnownSchema) -> Option<&'static Compiled> {
+    COMPILED.get(&schema.fingerprint())
 }
 
 /// Decodes single-object `bytes` as `T`, accepting every writer version in
@@ -111,6 +155,18 @@ impl Registry {
     ///
     /// Lives here rather than in `schema` so that the schemas never depend on the codec.
     pub fn decode<T: Record>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+        self.decode_with(bytes, true)
+    }
+
+    /// [`Registry::decode`] without the direct path: every datum goes through apache-avro's
+    /// `Value`, as one written with an older schema does. The reference the fuzz tests hold
+    /// the direct path to; slower, never needed otherwise.
+    #[doc(hidden)]
+    pub fn decode_by_value<T: Record>(&self, bytes: &[u8]) -> Result<T, DecodeError> {
+        self.decode_with(bytes, false)
+    }
+
+    fn decode_with<T: Record>(&self, bytes: &[u8], direct: bool) -> Result<T, DecodeError> {
         if bytes.len() < HEADER_LEN {
             return Err(DecodeError::TooShort { len: bytes.len() });
         }
@@ -139,10 +195,37 @@ impl Registry {
         }
 
         let reader = T::schema();
-        let resolve_to = (reader.fingerprint() != writer.fingerprint()).then(|| reader.schema());
-        let mut input = datum;
-        let value = from_avro_datum(writer.schema(), &mut input, resolve_to)
-            .map_err(|e| bad(DatumError::Avro(e)))?;
-        from_value::<T>(&value).map_err(|e| bad(DatumError::Avro(e)))
+        if direct && reader.fingerprint() == writer.fingerprint() {
+            return decode_direct(reader, datum).map_err(bad);
+        }
+        decode_by_value(writer, reader, datum).map_err(bad)
     }
+}
+
+/// Reads a datum written with the reader's own schema straight into `T`: no intermediate
+/// `Value`, no field-name strings per record. The common case by far: every record a
+/// current writer produced.
+fn decode_direct<T: Record>(schema: &KnownSchema, mut datum: &[u8]) -> Result<T, DatumError> {
+    let read = match compiled(schema) {
+        Some(c) => c.reader.read_deser::<T>(&mut datum),
+        None => GenericDatumReader::builder(schema.schema())
+            .build()
+            .and_then(|r| r.read_deser::<T>(&mut datum)),
+    };
+    Ok(read?)
+}
+
+/// Reads a datum through apache-avro's `Value`, resolved from `writer`'s schema to
+/// `reader`'s by Avro's rules (defaults for fields added since), then converts it to `T`.
+fn decode_by_value<T: Record>(
+    writer: &KnownSchema,
+    reader: &KnownSchema,
+    mut datum: &[u8],
+) -> Result<T, DatumError> {
+    let resolve_to = (reader.fingerprint() != writer.fingerprint()).then(|| reader.schema());
+    let value = GenericDatumReader::builder(writer.schema())
+        .maybe_reader_schema(resolve_to)
+        .build()?
+        .read_value(&mut datum)?;
+    Ok(from_value::<T>(&value)?)
 }

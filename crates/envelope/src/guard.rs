@@ -309,7 +309,10 @@ mod tests {
         // count -1 (zig-zag 1), block size 4 (zig-zag 8), "a" => "b", end of map.
         let bytes = [0x01, 0x08, 0x02, b'a', 0x02, b'b', 0x00];
         assert_eq!(scan(&map, &bytes).unwrap(), bytes.len());
-        let value = apache_avro::from_avro_datum(&map, &mut &bytes[..], None).unwrap();
+        let value = apache_avro::reader::datum::GenericDatumReader::builder(&map)
+            .build()
+            .and_then(|r| r.read_value(&mut &bytes[..]))
+            .unwrap();
         assert!(matches!(value, apache_avro::types::Value::Map(m) if m.len() == 1));
     }
 

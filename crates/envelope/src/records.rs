@@ -34,7 +34,7 @@ pub struct DomainEvent {
     /// Media type of `payload`.
     pub content_type: String,
     /// The exact request body.
-    #[serde(with = "apache_avro::serde_avro_bytes")]
+    #[serde(with = "apache_avro::serde::bytes")]
     pub payload: Vec<u8>,
     /// Free-form attributes; empty when there are none. Sorted, so encoding is deterministic.
     #[serde(default)]
@@ -131,7 +131,7 @@ pub struct Delivery {
     /// The event's media type.
     pub content_type: String,
     /// The exact request body.
-    #[serde(with = "apache_avro::serde_avro_bytes")]
+    #[serde(with = "apache_avro::serde::bytes")]
     pub payload: Vec<u8>,
     /// The event's attributes.
     #[serde(default)]
@@ -199,7 +199,7 @@ pub struct QuarantinedHeader {
     /// Header name.
     pub name: String,
     /// Header value, if it had one.
-    #[serde(default, with = "apache_avro::serde_avro_bytes_opt")]
+    #[serde(default, with = "apache_avro::serde::bytes_opt")]
     pub value: Option<Vec<u8>>,
 }
 
@@ -209,10 +209,10 @@ pub struct QuarantinedHeader {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuarantinedEvent {
     /// The original key, if any.
-    #[serde(default, with = "apache_avro::serde_avro_bytes_opt")]
+    #[serde(default, with = "apache_avro::serde::bytes_opt")]
     pub key: Option<Vec<u8>>,
     /// The original value.
-    #[serde(with = "apache_avro::serde_avro_bytes")]
+    #[serde(with = "apache_avro::serde::bytes")]
     pub value: Vec<u8>,
     /// The original headers, in order.
     #[serde(default)]

@@ -25,7 +25,7 @@ struct DomainEventV2 {
     event_type: String,
     occurred_at: i64,
     content_type: String,
-    #[serde(with = "apache_avro::serde_avro_bytes")]
+    #[serde(with = "apache_avro::serde::bytes")]
     payload: Vec<u8>,
     attributes: std::collections::BTreeMap<String, String>,
     trace_id: Option<String>,
@@ -50,7 +50,7 @@ struct DomainEventV0 {
     event_type: String,
     occurred_at: i64,
     content_type: String,
-    #[serde(with = "apache_avro::serde_avro_bytes")]
+    #[serde(with = "apache_avro::serde::bytes")]
     payload: Vec<u8>,
 }
 
@@ -82,7 +82,7 @@ struct DeliveryV2 {
     event_type: String,
     occurred_at: i64,
     content_type: String,
-    #[serde(with = "apache_avro::serde_avro_bytes")]
+    #[serde(with = "apache_avro::serde::bytes")]
     payload: Vec<u8>,
     attributes: std::collections::BTreeMap<String, String>,
     attempt: i32,

@@ -161,8 +161,10 @@ impl Seed {
             .and_then(|v| v.resolve(writer.schema()))
             .expect("the record resolves to the other writer's schema");
         let mut bytes = writer.header().to_vec();
-        let datum =
-            apache_avro::to_avro_datum(writer.schema(), value).expect("the datum is written");
+        let datum = apache_avro::writer::datum::GenericDatumWriter::builder(writer.schema())
+            .build()
+            .and_then(|w| w.write_value_to_vec(value))
+            .expect("the datum is written");
         bytes.extend_from_slice(&datum);
         Self::new(writer, bytes)
     }
@@ -542,6 +544,7 @@ struct Stats {
     results: BTreeMap<String, u64>,
     decoded: u64,
     decoded_not_byte_identical: u64,
+    compared: u64,
     exact_varint_checks: u64,
     other_writer: u64,
     other_writer_decoded: u64,
@@ -578,6 +581,11 @@ impl Stats {
             "  {} decoded, all re-encode to identical values ({} of them not byte-identical to \
              their input: non-canonical varints or blocks, repeated map keys, or an older writer)\n",
             self.decoded, self.decoded_not_byte_identical
+        );
+        out += &format!(
+            "  {} inputs named the current schema: read directly into the Rust type and \
+             through apache-avro's Value, the two agreed on every one\n",
+            self.compared
         );
         if !self.sources.is_empty() {
             out += &format!(
@@ -631,6 +639,23 @@ fn check_as<T: Record + Debug>(
     stats: &mut Stats,
 ) -> Result<Option<DecodeError>, TestCaseError> {
     let result = registry.decode::<T>(bytes);
+    if fingerprint_of(bytes) == Some(T::schema().fingerprint()) {
+        // Written with the reader's own schema: read straight into `T`, which must agree
+        // with apache-avro's `Value` path on every input, value for value.
+        let reference = registry.decode_by_value::<T>(bytes);
+        match (&result, &reference) {
+            (Ok(direct), Ok(by_value)) => {
+                prop_assert_eq!(format!("{direct:?}"), format!("{by_value:?}"))
+            }
+            (Err(_), Err(_)) => {}
+            _ => {
+                return Err(TestCaseError::fail(format!(
+                    "read directly: {result:?}; through a Value: {reference:?}"
+                )))
+            }
+        }
+        stats.compared += 1;
+    }
     let datum_len = bytes.len().saturating_sub(HEADER_LEN);
     let writer = fingerprint_of(bytes).and_then(|fp| registry.lookup(fp));
     let err = match result {
