@@ -397,14 +397,20 @@ impl Machine {
         if self.overflow.source().is_none() {
             return;
         }
-        let mut backlog: HashMap<Hot, usize> = HashMap::new();
+        // Counted under borrowed ids, owned once per tenant: this runs every
+        // tick over everything buffered.
+        let mut counts: HashMap<(i32, &str), usize> = HashMap::new();
         for ((part, _), q) in &self.queued {
             if let Some(partition) = self.overflow.backlog_partition(*part) {
-                *backlog
-                    .entry((partition, q.delivery.tenant_id.clone()))
+                *counts
+                    .entry((partition, q.delivery.tenant_id.as_str()))
                     .or_default() += 1;
             }
         }
+        let backlog: HashMap<Hot, usize> = counts
+            .into_iter()
+            .map(|((partition, tenant), n)| ((partition, tenant.to_owned()), n))
+            .collect();
         for change in self.overflow.observe(backlog, now) {
             let (promoted, (partition, tenant_id)) = match change {
                 Change::Promote(hot) => (true, hot),
