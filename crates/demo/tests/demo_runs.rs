@@ -1,6 +1,6 @@
 //! `make demo` ends by itself with a summary that adds up, and every path of
 //! the story happened: delivered, recovered after 503s, rejected, exhausted
-//! after the whole ladder, quarantined.
+//! after the whole ladder, quarantined; and no Kafka client outlives it.
 
 use std::process::Command;
 
@@ -45,4 +45,11 @@ fn demo_settles_and_its_summary_adds_up() {
     assert_eq!(line("exhausted"), 2, "{stdout}");
     assert_eq!(line("still retrying"), 0, "{stdout}");
     assert!(stdout.contains("quarantined: 2"), "{stdout}");
+    // The mock cluster listens in-process for the whole run, so a refused
+    // connection means a client outlived its stage and tried to reach the
+    // cluster after the demo had dropped it.
+    assert!(
+        !stderr.contains("Connection refused"),
+        "a Kafka client outlived its stage:\n{stderr}"
+    );
 }

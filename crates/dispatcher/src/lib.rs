@@ -394,7 +394,7 @@ async fn dispatch(
                 .map_err(DispatcherError::Thread)?,
         );
     }
-    let peeker = engine::Peeker::spawn(&config.common, events_tx.downgrade())?;
+    let (peeker, peek_thread) = engine::Peeker::spawn(&config.common, events_tx.downgrade())?;
     drop(events_tx);
     let engine = engine::Engine::new(
         engine::Parts {
@@ -422,7 +422,9 @@ async fn dispatch(
     let result = engine.run(shutdown.clone()).await;
     stop_watches.cancel();
     futures::future::join_all(watches).await;
-    consumer::Poller::stop_all(pollers).await;
+    // The engine is gone: its channel is closed and the peeker dropped, so
+    // every thread holding a client of this stage ends; wait for all of them.
+    tokio::join!(consumer::Poller::stop_all(pollers), peek_thread.join());
     result?;
     Ok(())
 }

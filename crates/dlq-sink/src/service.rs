@@ -97,8 +97,8 @@ impl SinkLoop {
             .subscribe(&wanted)
             .map_err(|e| hookline_runtime::RuntimeError::kafka("subscribing", e))?;
         // Stalled or unassigned shows in `/readyz`; stopped when this
-        // returns, however it returns.
-        let _watch = group_watch::watch_while_held(
+        // returns, however it returns, and waited for after the drain.
+        let watch = group_watch::watch_while_held(
             &self.consumer,
             group_watch::WatchSpec {
                 stage: STAGE,
@@ -140,7 +140,9 @@ impl SinkLoop {
                 self.commit(CommitMode::Async);
             }
         }
-        self.drain().await
+        let drained = self.drain().await;
+        watch.stop().await;
+        drained
     }
 
     async fn drain(mut self) -> Result<(), DlqSinkError> {

@@ -176,8 +176,8 @@ impl FanoutLoop {
             .subscribe(&[self.topics.events()])
             .map_err(|e| kafka_err("subscribing to events", e))?;
         // Stalled or unassigned shows in `/readyz`; stopped when this
-        // returns, however it returns.
-        let _watch = group_watch::watch_while_held(
+        // returns, however it returns, and waited for when it returns Ok.
+        let watch = group_watch::watch_while_held(
             &self.consumer,
             group_watch::WatchSpec {
                 stage: STAGE,
@@ -201,6 +201,7 @@ impl FanoutLoop {
             }
         }
         self.health.forget(LOOP);
+        watch.stop().await;
         Ok(())
     }
 

@@ -119,25 +119,45 @@ where
 }
 
 /// [`spawn`] for a stage that pauses nothing on purpose: the watch runs until
-/// the returned guard is dropped.
-pub fn watch_while_held<C, K>(
-    consumer: &Arc<K>,
-    spec: WatchSpec,
-    health: &Health,
-) -> tokio_util::sync::DropGuard
+/// the returned [`HeldWatch`] is dropped or stopped.
+pub fn watch_while_held<C, K>(consumer: &Arc<K>, spec: WatchSpec, health: &Health) -> HeldWatch
 where
     C: ConsumerContext + 'static,
     K: Consumer<C> + Send + Sync + 'static,
 {
     let stop = CancellationToken::new();
-    spawn(
+    let task = spawn(
         Arc::clone(consumer),
         spec,
         HeldPartitions::default(),
         health.clone(),
         stop.clone(),
     );
-    stop.drop_guard()
+    HeldWatch {
+        stop: stop.drop_guard(),
+        task,
+    }
+}
+
+/// A watch started by [`watch_while_held`]: it stops when this is dropped;
+/// [`HeldWatch::stop`] also waits for it to end.
+#[derive(Debug)]
+#[must_use = "the watch stops when this is dropped"]
+pub struct HeldWatch {
+    stop: tokio_util::sync::DropGuard,
+    task: JoinHandle<()>,
+}
+
+impl HeldWatch {
+    /// Stops the watch and waits until it has ended, and with it any look at
+    /// the consumer in progress (which holds the consumer for up to a few
+    /// broker round trips): a stage that calls this before it returns does
+    /// not leave its consumer to be closed after it, by whichever thread
+    /// drops the last handle.
+    pub async fn stop(self) {
+        drop(self.stop);
+        let _ = self.task.await;
+    }
 }
 
 /// Reads the assignment, positions and watermarks of `consumer`.

@@ -38,11 +38,26 @@ pub(crate) struct Peeker {
     asks: sync_mpsc::SyncSender<Vec<(TopicPartition, i64)>>,
 }
 
+/// The peeking thread itself, to wait for once the engine (and with it the
+/// [`Peeker`]) is gone, so that its consumer does not outlive the stage.
+#[derive(Debug)]
+pub(crate) struct PeekThread(std::thread::JoinHandle<()>);
+
+impl PeekThread {
+    /// Waits until the thread has ended and destroyed its consumer: it ends
+    /// once the [`Peeker`] is dropped, after the ask in hand (at most
+    /// [`PEEK_WAIT`] per topic; an answer it cannot deliver any more is
+    /// dropped, as the engine's channel is closed by then).
+    pub(crate) async fn join(self) {
+        let _ = tokio::task::spawn_blocking(move || self.0.join()).await;
+    }
+}
+
 impl Peeker {
     pub(crate) fn spawn(
         common: &CommonArgs,
         events: mpsc::WeakSender<FromKafka>,
-    ) -> Result<Self, DispatcherError> {
+    ) -> Result<(Self, PeekThread), DispatcherError> {
         let client_id = "hookline-dispatcher-peek";
         // librdkafka wants a group.id even for assign(); this consumer never
         // joins or commits to it.
@@ -66,7 +81,7 @@ impl Peeker {
                 })?;
         // One ask waits at most: the engine asks again at the next refresh.
         let (asks, asked) = sync_mpsc::sync_channel::<Vec<(TopicPartition, i64)>>(1);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("dispatch-peek".into())
             .spawn(move || {
                 while let Ok(ask) = asked.recv() {
@@ -82,7 +97,7 @@ impl Peeker {
                 }
             })
             .map_err(DispatcherError::Thread)?;
-        Ok(Self { asks })
+        Ok((Self { asks }, PeekThread(thread)))
     }
 
     /// Asks for the records at these positions; `false` when the thread is
