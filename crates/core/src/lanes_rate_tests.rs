@@ -118,6 +118,40 @@ fn draining_a_rate_limited_lane_grants_no_new_burst() {
 }
 
 #[test]
+fn an_idle_subscriptions_bucket_is_forgotten_once_full_within_the_prune_interval() {
+    let mut lanes = Lanes::new(big()).unwrap();
+    let _ = lanes
+        .push_with(job(0, 0, "a", "t", false), rated(1.0), at(0))
+        .unwrap();
+    let s = lanes.pop_ready_at(at(0)).unwrap();
+    lanes.complete(&s).unwrap();
+    // Spent, so kept (forgetting it would grant a fresh burst).
+    assert_eq!(lanes.pop_ready_at(at(500)), None);
+    assert!(lanes.buckets.contains_key("a"));
+    // Full again at 1 s; gone by the first look a prune interval later.
+    let later = at(1_000) + BUCKET_PRUNE_EVERY;
+    assert_eq!(lanes.pop_ready_at(later), None);
+    assert!(lanes.buckets.is_empty(), "{:?}", lanes.buckets);
+}
+
+#[test]
+fn buckets_are_not_walked_on_every_push_and_start() {
+    // Prunes are spaced by the clock, not by calls: many calls within one
+    // interval prune once.
+    let mut lanes = Lanes::new(big()).unwrap();
+    let _ = lanes
+        .push_with(job(0, 0, "a", "t", false), rated(1_000.0), at(0))
+        .unwrap();
+    let first = lanes.pruned_at;
+    for ms in 1..100 {
+        let _ = lanes.pop_ready_at(at(ms));
+    }
+    assert_eq!(lanes.pruned_at, first);
+    let _ = lanes.pop_ready_at(at(0) + BUCKET_PRUNE_EVERY);
+    assert_eq!(lanes.pruned_at, Some(at(0) + BUCKET_PRUNE_EVERY));
+}
+
+#[test]
 fn first_attempts_and_retries_share_the_subscription_bucket() {
     let mut lanes = Lanes::new(big()).unwrap();
     for o in 0..3 {
