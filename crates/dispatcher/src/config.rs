@@ -149,7 +149,8 @@ pub struct DispatcherArgs {
     /// A tenant's backlog on one partition at or above which it is promoted
     /// at once, without waiting out `--overflow-promote-after`: it already
     /// holds enough of the partition's buffer to stall the tenants behind it.
-    /// Default: half of `--partition-buffer-records` (at least
+    /// Looked at as soon as that many of its records arrived since the last
+    /// look, not only at the next one (every 200 ms). Default: half of `--partition-buffer-records` (at least
     /// `--overflow-promote-records`); 0 never.
     #[arg(long, env = "HOOKLINE_OVERFLOW_PROMOTE_AT_ONCE_RECORDS")]
     pub overflow_promote_at_once_records: Option<usize>,

@@ -364,7 +364,11 @@ impl Machine {
             return Intake::Move { lane };
         }
         let ready_since = epoch::from_millis(delivery.due_at.max(delivery.created_at));
+        let look_now = self.overflow.arrived(part, &delivery.tenant_id);
         self.queue((part, offset), delivery, ready_since, now, dir);
+        if look_now {
+            self.observe_backlog(now);
+        }
         Intake::Queued
     }
 
@@ -389,10 +393,12 @@ impl Machine {
         self.overflow.eof(part);
     }
 
-    /// Periodic: the promotion controller sees each tenant's backlog per
-    /// partition of `deliveries` (queued records of `deliveries` and of the
-    /// lanes); a tenant promoted now has its queued records of `deliveries`
-    /// withdrawn from the lanes and moved, in source order.
+    /// Periodic, and at once when a tenant's arrivals on a partition reach
+    /// `promote_at_once_records` ([`Overflow::arrived`]): the promotion
+    /// controller sees each tenant's backlog per partition of `deliveries`
+    /// (queued records of `deliveries` and of the lanes); a tenant promoted
+    /// now has its queued records of `deliveries` withdrawn from the lanes
+    /// and moved, in source order.
     pub(crate) fn observe_backlog(&mut self, now: SystemTime) {
         if self.overflow.source().is_none() {
             return;

@@ -70,6 +70,9 @@ pub(crate) struct Overflow {
     sync: HashMap<(usize, i32), LaneSync>,
     /// Moves handed off, by source record: its lane.
     moving: HashMap<Key, usize>,
+    /// Records of `deliveries` queued since the controller's last look, by
+    /// partition and tenant ([`arrived`](Self::arrived)).
+    arrivals: HashMap<i32, HashMap<String, usize>>,
 }
 
 impl Overflow {
@@ -96,6 +99,7 @@ impl Overflow {
             promotions: Promotions::new(settings),
             sync: HashMap::new(),
             moving: HashMap::new(),
+            arrivals: HashMap::new(),
         }
     }
 
@@ -186,7 +190,37 @@ impl Overflow {
         }
         if self.is_source(part) {
             self.promotions.forget(|(p, _)| *p == part.partition);
+            self.arrivals.remove(&part.partition);
         }
+    }
+
+    /// A record of `tenant_id` was queued from `part`: whether the tenant's
+    /// records queued there since the last look alone reach
+    /// `promote_at_once_records`, so the controller should look now rather
+    /// than at the next tick. A burst that fills half a partition's buffer
+    /// (fanout writes ~70,000 records a second) does so well within a tick,
+    /// and every record of it queued before the look is one more to move out
+    /// of the way of the tenants behind it. Counting only what arrived since
+    /// the last look keeps this to a map lookup a record; the look itself
+    /// walks the buffer, at most once per `promote_at_once_records` records
+    /// queued (also when no lane is free).
+    pub(crate) fn arrived(&mut self, part: Part, tenant_id: &str) -> bool {
+        let at_once = self.promotions.settings().promote_at_once_records;
+        if at_once == 0 || !self.is_source(part) {
+            return false;
+        }
+        let counts = self.arrivals.entry(part.partition).or_default();
+        let n = match counts.get_mut(tenant_id) {
+            Some(n) => {
+                *n += 1;
+                *n
+            }
+            None => {
+                counts.insert(tenant_id.to_owned(), 1);
+                1
+            }
+        };
+        n >= at_once
     }
 
     /// One observation of the backlog (records buffered and not started, from
@@ -196,6 +230,7 @@ impl Overflow {
         backlog: HashMap<Hot, usize>,
         now: std::time::SystemTime,
     ) -> Vec<Change<Hot>> {
+        self.arrivals.clear();
         self.promotions.observe(backlog, now)
     }
 

@@ -31,6 +31,11 @@ fn lane_part(m: &Machine, sub: &str) -> Part {
 }
 
 fn machine(lanes: usize) -> Machine {
+    // At once off: these tests walk the hysteresis.
+    machine_at_once(lanes, 0)
+}
+
+fn machine_at_once(lanes: usize, promote_at_once_records: usize) -> Machine {
     let mut inputs = vec![Input {
         topic: "deliveries".into(),
         label: "deliveries",
@@ -62,8 +67,7 @@ fn machine(lanes: usize) -> Machine {
         lanes,
         promote_records: 3,
         promote_after: Duration::from_secs(1),
-        // Off: these tests walk the hysteresis.
-        promote_at_once_records: 0,
+        promote_at_once_records,
         demote_records: 1,
         demote_after: Duration::from_secs(5),
     };
@@ -111,6 +115,59 @@ fn moves(m: &mut Machine) -> Vec<Key> {
             _ => None,
         })
         .collect()
+}
+
+/// A burst whose records reach the at-once threshold is promoted by the
+/// record that reaches it, without waiting for the next tick's look: its
+/// queued records move in order, and its next record goes straight to the
+/// lane. A tenant below the threshold is not looked at.
+#[test]
+fn a_burst_at_the_at_once_threshold_is_promoted_by_its_own_record() {
+    let dir = Dir::with(&[("w", 1, true), ("s", 4, true)]);
+    let mut m = machine_at_once(2, 5);
+    assert!(matches!(push(&mut m, D, 0, "s", &dir), Intake::Queued));
+    for offset in 1..5 {
+        assert!(matches!(push(&mut m, D, offset, "w", &dir), Intake::Queued));
+    }
+    assert!(
+        moves(&mut m).is_empty(),
+        "4 records of w: below the threshold"
+    );
+    // The fifth, at the same instant: no tick, no time passed.
+    assert!(matches!(push(&mut m, D, 5, "w", &dir), Intake::Queued));
+    assert_eq!(moves(&mut m), (1..6).map(|o| (D, o)).collect::<Vec<_>>());
+    assert!(m.take_notes().iter().any(|n| matches!(
+        n,
+        Note::Overflow { promoted: true, tenant_id, .. } if tenant_id == "w-co"
+    )));
+    assert!(matches!(
+        push(&mut m, D, 6, "w", &dir),
+        Intake::Move { lane } if lane == m.overflow().lane_for("w-co")
+    ));
+    // The small tenant stayed, and starts from the partition.
+    assert_eq!(start(&mut m, t(0), &dir), vec![(D, 0)]);
+}
+
+/// Arrivals are counted from the last look: a tenant whose records are
+/// spread over looks is left to the hysteresis, however many it has.
+#[test]
+fn arrivals_count_from_the_last_look() {
+    let dir = Dir::with(&[("w", 1, true)]);
+    let mut m = machine_at_once(2, 5);
+    for offset in 0..4 {
+        push(&mut m, D, offset, "w", &dir);
+    }
+    m.observe_backlog(t(0));
+    for offset in 4..8 {
+        push(&mut m, D, offset, "w", &dir);
+    }
+    assert!(
+        moves(&mut m).is_empty(),
+        "4 + 4 arrivals around a look: no look at once"
+    );
+    // The look of the tick sees the whole backlog (8 ≥ 5): promoted there.
+    m.observe_backlog(t(0));
+    assert_eq!(moves(&mut m), (0..8).map(|o| (D, o)).collect::<Vec<_>>());
 }
 
 /// A whale w (ordered) fills partition 0; promoted, its queued records are
