@@ -42,10 +42,6 @@ const LADDER: &[(&str, &str)] = &[
     ("retry-2h", "8s"),
 ];
 
-/// How long the demo's breakers may stay open before their subscription is
-/// disabled (`--breaker-disable-after`; five days by default).
-const BREAKER_DISABLE_AFTER: &str = "20s";
-
 /// hookline demo: every stage in-process on an embedded broker.
 #[derive(Debug, Parser)]
 #[command(name = "hookline-demo", version, about)]
@@ -119,7 +115,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     };
     // The flaky endpoint fails ten requests in a row (which opens its
     // breaker, `--breaker-failures` 10) and then two probes, at most: its
-    // breaker is open for about 6 s, far from `BREAKER_DISABLE_AFTER`, and
+    // breaker is open for about 6 s, far from `scenario::BREAKER_DISABLE_AFTER`, and
     // its deliveries recover instead of exhausting the ladder.
     let flaky_failures = (2 * cli.events_per_tenant).min(12) as u32;
     let endpoints = scenario::configure(&receiver, &down_url, flaky_failures);
@@ -431,7 +427,7 @@ fn start_stages(
             // The down endpoint's breaker stays open: its subscription is
             // disabled and what it parked is kept as dead letters.
             "--breaker-disable-after",
-            BREAKER_DISABLE_AFTER,
+            scenario::BREAKER_DISABLE_AFTER,
         ]))?
         .c;
     let archive = archive.display().to_string();

@@ -19,6 +19,18 @@ pub struct Endpoint {
     pub behaviour: Behaviour,
 }
 
+/// How long the demo's breakers may stay open before their subscription is
+/// disabled (`--breaker-disable-after`; five days by default). A macro so the
+/// legend quotes the same literal the dispatcher is given.
+macro_rules! breaker_disable_after {
+    () => {
+        "20s"
+    };
+}
+
+/// [`breaker_disable_after!`], as the dispatcher's flag value.
+pub const BREAKER_DISABLE_AFTER: &str = breaker_disable_after!();
+
 /// Event types published, round-robin.
 pub const EVENT_TYPES: [&str; 3] = ["invoice.paid", "order.created", "invoice.voided"];
 
@@ -79,9 +91,12 @@ pub fn endpoints(flaky_failures: u32) -> Vec<Endpoint> {
             subscription: "hooli-down",
             patterns: &["order.*"],
             max_in_flight: 4,
-            story: "down (connection refused): retried up the ladder; once its breaker opens, \
-                    its deliveries are parked and one probe at a time climbs; open for 20 s, \
-                    the subscription is disabled and what it parked is kept as dead letters",
+            story: concat!(
+                "down (connection refused): retried up the ladder; once its breaker opens, \
+                 its deliveries are parked and one probe at a time climbs; open for ",
+                breaker_disable_after!(),
+                ", the subscription is disabled and what it parked is kept as dead letters"
+            ),
             path: None,
             behaviour: Behaviour::status(204),
         },
