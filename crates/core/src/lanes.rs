@@ -131,11 +131,16 @@ impl Default for LaneLimits {
 }
 
 impl LaneLimits {
+    /// [`DEFAULT`](Self::DEFAULT)'s `global_in_flight`, on its own for the
+    /// consts that follow it (the HTTP pool's idle connections per host):
+    /// `DEFAULT` itself cannot be read in a const, as it owns the weights.
+    pub const DEFAULT_GLOBAL_IN_FLIGHT: u32 = 256;
+
     /// The product's limits: the dispatcher's flags (`--global-in-flight`,
     /// `--partition-buffer-records`, ...) default to these fields, so the flags
     /// and the library cannot disagree.
     pub const DEFAULT: Self = Self {
-        global_in_flight: 256,
+        global_in_flight: Self::DEFAULT_GLOBAL_IN_FLIGHT,
         tenant_in_flight: 32,
         retry_share_percent: 50,
         overflow_share_percent: 50,

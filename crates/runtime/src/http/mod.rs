@@ -79,7 +79,8 @@ pub mod defaults {
     /// connection returned beyond it, and the attempts after open new ones:
     /// at 32, with a few hundred attempts in flight to one host, that churn
     /// took half of the dispatcher's throughput in `make bench`.
-    pub const POOL_MAX_IDLE_PER_HOST: usize = 256;
+    pub const POOL_MAX_IDLE_PER_HOST: usize =
+        hookline_core::LaneLimits::DEFAULT_GLOBAL_IN_FLIGHT as usize;
 }
 
 impl Default for HttpSettings {
