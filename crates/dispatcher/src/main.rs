@@ -5,6 +5,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// jemalloc is the whole process's malloc, librdkafka's buffers included:
+/// glibc's heap fragmented under a backlog and kept its peak. Its options are
+/// built in from `.cargo/config.toml` (README "Memory").
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// hookline dispatcher: signed webhook deliveries with retries and dead letters.
 #[derive(Debug, Parser)]
 #[command(name = "hookline-dispatcher", version, about)]

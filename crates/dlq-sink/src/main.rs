@@ -6,6 +6,13 @@ use std::process::ExitCode;
 use clap::{error::ErrorKind, Parser, Subcommand};
 use hookline_dlq_sink::cli::{EXIT_CODES_HELP, EXIT_OK, EXIT_USAGE};
 
+/// jemalloc is the whole process's malloc, librdkafka's buffers included:
+/// glibc's heap fragmented under a backlog and kept its peak. Its options are
+/// built in from `.cargo/config.toml` (README "Memory").
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// hookline dlq-sink: a durable archive of dead letters and quarantined events, and the
 /// operator commands to inspect and replay them. With no subcommand, runs the sink.
 #[derive(Debug, Parser)]

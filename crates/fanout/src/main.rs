@@ -6,6 +6,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use hookline_fanout::cli::SubscriptionsCmd;
 
+/// jemalloc is the whole process's malloc, librdkafka's buffers included:
+/// glibc's heap fragmented under a backlog and kept its peak. Its options are
+/// built in from `.cargo/config.toml` (README "Memory").
+#[cfg(target_os = "linux")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// hookline fanout: events to per-subscription deliveries, exactly once.
 #[derive(Debug, Parser)]
 #[command(name = "hookline-fanout", version, about)]

@@ -3,6 +3,7 @@
 //! process harness (`stage`, `pipeline`) that `make bench` and `make faults`
 //! run the real binaries with. Nothing here is used by the services themselves.
 
+pub mod allocator;
 pub mod hostile;
 pub mod kafka;
 pub mod logs;

@@ -1,0 +1,11 @@
+//! `hookline-dispatcher` allocates with jemalloc, built with the options of
+//! `.cargo/config.toml` (README "Memory"): a build that lost either would
+//! fragment and keep its peak under a backlog again.
+#![cfg(target_os = "linux")]
+
+#[test]
+fn the_binary_allocates_with_jemalloc_and_the_configured_options() {
+    hookline_testkit::allocator::assert_jemalloc_with_configured_options(env!(
+        "CARGO_BIN_EXE_hookline-dispatcher"
+    ));
+}
