@@ -1,7 +1,7 @@
 //! `hookline-dispatcher` allocates with jemalloc, built with the options of
 //! `.cargo/config.toml` (README "Memory"): a build that lost either would
 //! fragment and keep its peak under a backlog again.
-#![cfg(target_os = "linux")]
+#![cfg(all(feature = "jemalloc", target_os = "linux"))]
 
 #[test]
 fn the_binary_allocates_with_jemalloc_and_the_configured_options() {
