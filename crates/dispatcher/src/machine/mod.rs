@@ -191,7 +191,9 @@ pub(crate) enum Intake {
 /// A buffered record not yet started.
 #[derive(Debug)]
 struct Queued {
-    delivery: Delivery,
+    /// Boxed, so the map's slots stay small and starting or deferring it
+    /// moves a pointer.
+    delivery: Box<Delivery>,
     ready_since: SystemTime,
 }
 
@@ -365,7 +367,7 @@ impl Machine {
         }
         let ready_since = epoch::from_millis(delivery.due_at.max(delivery.created_at));
         let look_now = self.overflow.arrived(part, &delivery.tenant_id);
-        self.queue((part, offset), delivery, ready_since, now, dir);
+        self.queue((part, offset), Box::new(delivery), ready_since, now, dir);
         if look_now {
             self.observe_backlog(now);
         }
@@ -456,7 +458,7 @@ impl Machine {
                 self.overflow.moving(key, lane);
                 self.actions.push(Action::Move {
                     key,
-                    delivery: Box::new(queued.delivery),
+                    delivery: queued.delivery,
                     lane,
                 });
             }
@@ -471,7 +473,7 @@ impl Machine {
     fn queue(
         &mut self,
         key: Key,
-        delivery: Delivery,
+        delivery: Box<Delivery>,
         ready_since: SystemTime,
         now: SystemTime,
         dir: &impl Directory,
@@ -570,7 +572,13 @@ impl Machine {
             until,
             breaker: false,
         });
-        self.defer(key, started, record, ready_since.max(until), until);
+        self.defer(
+            key,
+            started,
+            Box::new(record),
+            ready_since.max(until),
+            until,
+        );
     }
 
     /// Puts a started record back at the head of its lane until `until`.
@@ -578,7 +586,7 @@ impl Machine {
         &mut self,
         key: Key,
         started: Started<Part>,
-        delivery: Delivery,
+        delivery: Box<Delivery>,
         ready_since: SystemTime,
         until: SystemTime,
     ) {
@@ -614,7 +622,7 @@ impl Machine {
         } = run
         {
             if self.gate.is_assigned(key.0) {
-                self.queue(key, *delivery, ready_since, now, dir);
+                self.queue(key, delivery, ready_since, now, dir);
             }
         }
     }

@@ -37,7 +37,7 @@ impl Machine {
                     late,
                 });
             }
-            let delivery = Box::new(queued.delivery);
+            let delivery = queued.delivery;
             let strict = input.strict;
             let target = match dir.target(&delivery) {
                 Ok(target) => target,
@@ -65,7 +65,7 @@ impl Machine {
                         until,
                         breaker: true,
                     });
-                    self.defer(key, started, *delivery, queued.ready_since, until);
+                    self.defer(key, started, delivery, queued.ready_since, until);
                     continue;
                 }
                 // Disabled now: the head is its first dead letter, the rest follow.
