@@ -398,6 +398,11 @@ impl Pipeline {
     }
 
     /// Every stage, in start order.
+    pub fn stages(&self) -> &[Stage] {
+        &self.stages
+    }
+
+    /// Every stage, in start order.
     pub fn stages_mut(&mut self) -> &mut [Stage] {
         &mut self.stages
     }

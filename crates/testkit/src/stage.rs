@@ -248,9 +248,14 @@ impl Stage {
 
     /// The last lines of the stage's log, for error messages.
     pub fn log_tail(&self) -> String {
+        self.log_tail_lines(15)
+    }
+
+    /// The last `n` lines of the stage's log.
+    pub fn log_tail_lines(&self, n: usize) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
-        let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+        let tail = lines[lines.len().saturating_sub(n)..].join("\n");
         format!("--- last lines of {} ---\n{tail}", self.log.display())
     }
 

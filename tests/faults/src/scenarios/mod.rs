@@ -82,8 +82,12 @@ pub const STALL: Duration = Duration::from_secs(60);
 pub fn spec(scenario: &'static str) -> Spec {
     let mut spec = Spec::for_harness("faults", scenario);
     // Info from the services themselves, for post-mortems (HOOKLINE_KEEP_DIRS=1
-    // keeps the logs): transactions, rebalances, drains.
-    spec.log_filter = "warn,hookline_runtime::ops=info,hookline_fanout=info,hookline_dispatcher=info,hookline_dlq_sink=info".to_owned();
+    // keeps the logs): transactions, rebalances, drains; HOOKLINE_STAGE_LOG
+    // adds more (`librdkafka=debug` with HOOKLINE_CONSUMER_KAFKA_CONFIG=debug=cgrp
+    // shows the consumers' group protocol).
+    spec.log_filter = hookline_testkit::pipeline::with_stage_log(
+        "warn,hookline_runtime::ops=info,hookline_fanout=info,hookline_dispatcher=info,hookline_dlq_sink=info",
+    );
     spec.tiers = vec![
         ("r1".to_owned(), Duration::from_secs(1)),
         ("r2".to_owned(), Duration::from_secs(2)),
@@ -112,6 +116,56 @@ pub enum Want {
     DeadLettered(&'static str),
 }
 
+/// What a failed run leaves for whoever reads CI's log: the last lines of
+/// every stage's log (the fault pipelines log transactions, rebalances and
+/// drains at info) and every non-zero series of its metrics but histogram
+/// buckets (buffers, paused partitions, in-flight attempts, transactions).
+/// `HOOKLINE_KEEP_DIRS=1` keeps the whole logs.
+pub async fn post_mortem(p: &Pipeline) -> String {
+    let mut out = vec![format!("post-mortem of {}:", p.dir().display())];
+    for stage in p.stages() {
+        out.push(stage.log_tail_lines(40));
+        match stage.metrics().await {
+            Ok(text) => {
+                out.push(format!("--- non-zero metrics of {} ---", stage.name));
+                out.extend(
+                    text.lines()
+                        .filter(|l| !l.starts_with('#') && !l.contains("_bucket{"))
+                        .filter(|l| l.rsplit(' ').next().is_some_and(|v| v != "0"))
+                        .map(str::to_owned),
+                );
+            }
+            Err(e) => out.push(format!("--- metrics of {}: {e:#} ---", stage.name)),
+        }
+    }
+    out.join("\n")
+}
+
+/// Lost deliveries per subscription, with the range of their events' seqs:
+/// whether a whole partition, one subscription or a stretch of time is missing.
+fn lost_by_subscription(
+    p: &Pipeline,
+    ledger: &Ledger,
+    subs_of: &HashMap<String, Vec<(String, Want)>>,
+    events: &[(u64, String)],
+) -> String {
+    let lost: std::collections::HashSet<&str> = ledger.lost.iter().map(String::as_str).collect();
+    let mut by_sub: std::collections::BTreeMap<&str, (usize, u64, u64)> = Default::default();
+    for (seq, tenant) in events {
+        for (sub, _) in subs_of.get(tenant).into_iter().flatten() {
+            if lost.contains(delivery_id(&p.event_id(*seq), sub).as_str()) {
+                let e = by_sub.entry(sub).or_insert((0, *seq, *seq));
+                *e = (e.0 + 1, e.1.min(*seq), e.2.max(*seq));
+            }
+        }
+    }
+    by_sub
+        .iter()
+        .map(|(sub, (n, first, last))| format!("{sub}: {n} lost, events {first}..={last}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Checks the invariant and, per subscription, the expected end of each of
 /// its deliveries: `wants` maps subscription id → what must happen, and
 /// `events` lists (seq, tenant) of every event produced.
@@ -121,7 +175,16 @@ pub fn check_outcomes(
     subs_of: &HashMap<String, Vec<(String, Want)>>,
     events: impl IntoIterator<Item = (u64, String)>,
 ) -> anyhow::Result<()> {
-    ledger.check()?;
+    let events: Vec<(u64, String)> = events.into_iter().collect();
+    if let Err(e) = ledger.check() {
+        if ledger.lost.is_empty() {
+            return Err(e);
+        }
+        return Err(anyhow::anyhow!(
+            "{e:#}; lost by subscription: {}",
+            lost_by_subscription(p, ledger, subs_of, &events)
+        ));
+    }
     let delivered = &ledger.delivered_ids;
     let mut wrong = Vec::new();
     for (seq, tenant) in events {
@@ -254,8 +317,13 @@ pub async fn finish(
         ledger.summary(),
         settle_start.elapsed().as_secs_f64()
     ));
-    check_outcomes(p, &ledger, &work.subs_of, work.events(events))?;
-    let (rows, ids) = crate::ledger::wait_archived(p, &ledger, STALL).await?;
+    if let Err(e) = check_outcomes(p, &ledger, &work.subs_of, work.events(events)) {
+        return Err(anyhow::anyhow!("{e:#}\n{}", post_mortem(p).await));
+    }
+    let (rows, ids) = match crate::ledger::wait_archived(p, &ledger, STALL).await {
+        Ok(archived) => archived,
+        Err(e) => return Err(anyhow::anyhow!("{e:#}\n{}", post_mortem(p).await)),
+    };
     r.count(format!(
         "archive: {rows} rows for {ids} distinct dead-lettered deliveries (every dead letter archived)"
     ));
