@@ -386,7 +386,8 @@ impl FanoutLoop {
             Err(error) => {
                 let outcome = match &error {
                     TxnError::Abortable(_) => "aborted",
-                    TxnError::Fatal(_) => "fenced",
+                    // Re-created: the new producer fences the old one.
+                    TxnError::Fatal(_) | TxnError::Stuck { .. } => "fenced",
                 };
                 tracing::warn!(%error, events = batch.messages.len(), "transaction failed; aborting (or re-creating the producer), the batch goes into the next one");
                 if let Some(denial) = self.denial(&error) {
@@ -403,7 +404,9 @@ impl FanoutLoop {
     /// What a failed transaction was refused, if an ACL is missing: the
     /// resource and operation of the fanout's row of the ACL table.
     fn denial(&self, error: &TxnError) -> Option<Denial> {
-        let (TxnError::Abortable(e) | TxnError::Fatal(e)) = error;
+        let (TxnError::Abortable(e) | TxnError::Fatal(e)) = error else {
+            return None;
+        };
         let (resource, name, operation) = match access::denied(e)? {
             Denied::Topic => (
                 "topic",

@@ -8,6 +8,15 @@
 //! transactional id) and the batch goes into the next transaction. Timeouts of
 //! the blocking calls (a broker restarting) are resumed as librdkafka asks,
 //! not aborted mid-commit.
+//!
+//! Every blocking call runs on a blocking thread under a deadline of its own
+//! ([`bounded`]): librdkafka's `send_offsets_to_transaction` can block past
+//! its timeout for good when the group coordinator's broker goes away
+//! (confluentinc/librdkafka#5456, #5511; seen in the fault suite's
+//! `broker_restart`: fanout's, and the dispatcher's, transactions stopped for
+//! the rest of the run). A call past its deadline gives the producer up as
+//! [`TxnError::Stuck`]: it is re-created, and the new one fences the old
+//! (whose thread is left to its call).
 
 use std::time::Duration;
 
@@ -25,6 +34,10 @@ use crate::{config::CommonArgs, RuntimeError};
 /// Pause between resumptions of a retriable transactional call.
 const RESUME_PAUSE: Duration = Duration::from_millis(200);
 
+/// How long a blocking call may run past its own timeout before the
+/// producer is given up on ([`bounded`]).
+const STUCK_SLACK: Duration = Duration::from_secs(5);
+
 /// How long one [`flush`] step waits for a delivery report.
 const FLUSH_STEP: Duration = Duration::from_millis(1);
 
@@ -35,6 +48,13 @@ pub enum TxnError {
     Abortable(KafkaError),
     /// The producer is unusable (fenced or fatal): re-create it.
     Fatal(KafkaError),
+    /// A blocking librdkafka call did not return within its timeout and
+    /// [`STUCK_SLACK`]: the producer is re-created without being asked
+    /// anything more (an abort would wait behind the stuck call).
+    Stuck {
+        call: &'static str,
+        waited: Duration,
+    },
 }
 
 impl std::fmt::Display for TxnError {
@@ -42,6 +62,10 @@ impl std::fmt::Display for TxnError {
         match self {
             Self::Abortable(e) => write!(f, "abortable: {e}"),
             Self::Fatal(e) => write!(f, "fatal: {e}"),
+            Self::Stuck { call, waited } => write!(
+                f,
+                "stuck: librdkafka's {call} did not return within {waited:?}"
+            ),
         }
     }
 }
@@ -156,25 +180,26 @@ impl Transactor {
 
     /// Adds each consumer's offsets to the open transaction and commits it.
     pub async fn commit(&self, offsets: Vec<GroupOffsets>) -> Result<(), TxnError> {
-        let producer = self.producer.clone();
         let timeout = self.spec.call_timeout;
-        tokio::task::spawn_blocking(move || {
-            for (tpl, group) in &offsets {
-                if tpl.count() > 0 {
-                    retrying(timeout, || {
-                        producer.send_offsets_to_transaction(tpl, group, timeout)
-                    })?;
-                }
+        let offsets = std::sync::Arc::new(offsets);
+        for group in 0..offsets.len() {
+            if offsets[group].0.count() == 0 {
+                continue;
             }
-            flush(&producer, timeout);
-            retrying(timeout, || producer.commit_transaction(timeout))
+            let (producer, offsets) = (self.producer.clone(), std::sync::Arc::clone(&offsets));
+            retrying("send_offsets_to_transaction", timeout, move || {
+                let (tpl, metadata) = &offsets[group];
+                producer.send_offsets_to_transaction(tpl, metadata, timeout)
+            })
+            .await?;
+        }
+        let producer = self.producer.clone();
+        bounded("flush", timeout, move || flush(&producer, timeout)).await?;
+        let producer = self.producer.clone();
+        retrying("commit_transaction", timeout, move || {
+            producer.commit_transaction(timeout)
         })
         .await
-        .map_err(|e| {
-            tracing::error!(error = %e, "commit task failed");
-            TxnError::Fatal(KafkaError::Canceled)
-        })?
-        .map_err(classify)
     }
 
     /// After a failed transaction: aborts it, or re-creates the producer when
@@ -207,18 +232,14 @@ impl Transactor {
     async fn abort(&self) -> bool {
         let producer = self.producer.clone();
         let timeout = self.spec.call_timeout;
-        match tokio::task::spawn_blocking(move || {
-            retrying(timeout, || producer.abort_transaction(timeout))
+        match retrying("abort_transaction", timeout, move || {
+            producer.abort_transaction(timeout)
         })
         .await
         {
-            Ok(Ok(())) => true,
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "abort_transaction failed; re-creating the producer");
-                false
-            }
+            Ok(()) => true,
             Err(error) => {
-                tracing::warn!(%error, "abort task failed; re-creating the producer");
+                tracing::warn!(%error, "abort_transaction failed; re-creating the producer");
                 false
             }
         }
@@ -256,15 +277,17 @@ async fn create(common: &CommonArgs, spec: &TxnSpec) -> Result<FutureProducer, R
             .map_err(|e| RuntimeError::kafka("creating the transactional producer", e))?;
     let timeout = spec.call_timeout;
     let p = producer.clone();
-    tokio::task::spawn_blocking(move || p.init_transactions(timeout))
-        .await
-        .map_err(|e| {
-            RuntimeError::kafka(
-                format!("initialising transactions ({e})"),
-                KafkaError::Canceled,
-            )
-        })?
-        .map_err(|e| RuntimeError::kafka("initialising transactions", e))?;
+    bounded("init_transactions", timeout, move || {
+        p.init_transactions(timeout)
+    })
+    .await
+    .map_err(|e| {
+        RuntimeError::kafka(
+            format!("initialising transactions ({e})"),
+            KafkaError::Canceled,
+        )
+    })?
+    .map_err(|e| RuntimeError::kafka("initialising transactions", e))?;
     tracing::info!(transactional_id = %spec.transactional_id, "transactional producer ready");
     Ok(producer)
 }
@@ -321,40 +344,114 @@ fn flush(producer: &FutureProducer, timeout: Duration) {
     }
 }
 
-/// Runs a blocking transactional call, resuming it while librdkafka says the
-/// error is retriable (a timeout: the call is resumed, not restarted) and
-/// `budget` (the call timeout) has not passed since the first try; then the
-/// error stands, and [`classify`] makes the producer be re-created.
+/// Runs a blocking transactional call ([`bounded`] by its timeout), resuming
+/// it while librdkafka says the error is retriable (a timeout: the call is
+/// resumed, not restarted) and `budget` (the call timeout) has not passed
+/// since the first try; then the error stands, and [`classify`] makes the
+/// producer be re-created.
 ///
 /// The budget is the whole call's, not each try's: a coordinator librdkafka
 /// keeps asking after a broker restart without looking it up again
 /// (confluentinc/librdkafka#5511) times out every resumption, and ten of them
 /// held fanout's commits for minutes in the fault suite, while a new producer
 /// finds the coordinator and fences the old transaction at once.
-pub fn retrying(budget: Duration, call: impl FnMut() -> KafkaResult<()>) -> KafkaResult<()> {
-    resume_within(budget, call, |e| match e {
-        KafkaError::Transaction(rd) => rd.is_retriable(),
-        _ => false,
+async fn retrying(
+    call: &'static str,
+    budget: Duration,
+    f: impl Fn() -> KafkaResult<()> + Send + Sync + 'static,
+) -> Result<(), TxnError> {
+    let f = std::sync::Arc::new(f);
+    resume_within(
+        budget,
+        || {
+            let f = std::sync::Arc::clone(&f);
+            bounded(call, budget, move || f())
+        },
+        |e: &KafkaError| match e {
+            KafkaError::Transaction(rd) => rd.is_retriable(),
+            _ => false,
+        },
+    )
+    .await
+    .map_err(|e| match e {
+        Resumed::Call(e) => classify(e),
+        Resumed::Stuck(stuck) => stuck,
     })
 }
 
-/// [`retrying`]'s loop: calls `call` until it succeeds, fails with an error
-/// `retriable` refuses, or `budget` has passed since the first call.
-fn resume_within<E: std::fmt::Display>(
+/// How a resumed call ended short of success.
+#[derive(Debug, PartialEq)]
+enum Resumed<E, S> {
+    /// The call's own error (not retriable, or past the budget).
+    Call(E),
+    /// A try did not return ([`bounded`]).
+    Stuck(S),
+}
+
+/// [`retrying`]'s loop: runs `try_once` until it succeeds, fails with an
+/// error `retriable` refuses, or `budget` has passed since the first try; a
+/// try that gets stuck ends it at once.
+async fn resume_within<E: std::fmt::Display, S, F>(
     budget: Duration,
-    mut call: impl FnMut() -> Result<(), E>,
+    mut try_once: impl FnMut() -> F,
     retriable: impl Fn(&E) -> bool,
-) -> Result<(), E> {
-    let started = std::time::Instant::now();
+) -> Result<(), Resumed<E, S>>
+where
+    F: std::future::Future<Output = Result<Result<(), E>, S>>,
+{
+    let started = tokio::time::Instant::now();
     let mut tries = 1;
     loop {
-        match call() {
+        match try_once().await.map_err(Resumed::Stuck)? {
             Err(e) if retriable(&e) && started.elapsed() + RESUME_PAUSE < budget => {
                 tracing::warn!(error = %e, tries, "transactional call timed out; resuming it");
                 tries += 1;
-                std::thread::sleep(RESUME_PAUSE);
+                tokio::time::sleep(RESUME_PAUSE).await;
             }
-            other => return other,
+            other => return other.map_err(Resumed::Call),
+        }
+    }
+}
+
+/// Runs a blocking librdkafka call on a thread of its own and waits for it
+/// for its `timeout` and [`STUCK_SLACK`] at most: past that it is
+/// [`TxnError::Stuck`] and the thread is left to the call (it holds its own
+/// handle on the producer, which lives until the call returns). Not tokio's
+/// blocking pool: the runtime waits for those threads when it shuts down, and
+/// a stuck one would keep the process from exiting.
+async fn bounded<T: Send + 'static>(
+    call: &'static str,
+    timeout: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, TxnError> {
+    let waited = timeout + STUCK_SLACK;
+    let (done, result) = tokio::sync::oneshot::channel();
+    if let Err(error) = std::thread::Builder::new()
+        .name("hookline-txn".to_owned())
+        .spawn(move || {
+            let _ = done.send(f());
+        })
+    {
+        tracing::error!(%error, call, "could not start a transactional call's thread");
+        return Err(TxnError::Fatal(KafkaError::Canceled));
+    }
+    match tokio::time::timeout(waited, result).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(_)) => {
+            tracing::error!(
+                call,
+                "a transactional call's thread ended without an answer"
+            );
+            Err(TxnError::Fatal(KafkaError::Canceled))
+        }
+        Err(_) => {
+            tracing::error!(
+                call,
+                ?waited,
+                "a transactional call did not return past its timeout \
+                 (confluentinc/librdkafka#5456); re-creating the producer"
+            );
+            Err(TxnError::Stuck { call, waited })
         }
     }
 }
@@ -376,52 +473,103 @@ pub fn classify(e: KafkaError) -> TxnError {
 mod tests {
     use super::*;
 
-    /// A call failing `fails` times with `error`, then succeeding; counts tries.
+    /// One try's answer: never stuck here.
+    type Try = std::future::Ready<Result<Result<(), &'static str>, ()>>;
+
+    /// A try failing `fails` times with `error`, then succeeding; counts tries.
     fn flaky(
         fails: u32,
         error: &'static str,
-    ) -> (
-        impl FnMut() -> Result<(), &'static str>,
-        std::rc::Rc<std::cell::Cell<u32>>,
-    ) {
+    ) -> (impl FnMut() -> Try, std::rc::Rc<std::cell::Cell<u32>>) {
         let tries = std::rc::Rc::new(std::cell::Cell::new(0));
         let counted = std::rc::Rc::clone(&tries);
         let call = move || {
             counted.set(counted.get() + 1);
-            if counted.get() <= fails {
+            std::future::ready(Ok(if counted.get() <= fails {
                 Err(error)
             } else {
                 Ok(())
-            }
+            }))
         };
         (call, tries)
     }
 
-    #[test]
-    fn a_retriable_call_is_resumed_within_its_budget() {
+    #[tokio::test(start_paused = true)]
+    async fn a_retriable_call_is_resumed_within_its_budget() {
         let (call, tries) = flaky(2, "timed out");
         assert_eq!(
-            resume_within(Duration::from_secs(30), call, |e| *e == "timed out"),
+            resume_within(Duration::from_secs(30), call, |e| *e == "timed out").await,
             Ok(())
         );
         assert_eq!(tries.get(), 3);
     }
 
-    #[test]
-    fn past_its_budget_the_error_stands_for_the_producer_to_be_recreated() {
+    #[tokio::test(start_paused = true)]
+    async fn past_its_budget_the_error_stands_for_the_producer_to_be_recreated() {
         // A try that used up the budget (a call timeout) is not resumed.
         let (call, tries) = flaky(5, "timed out");
         assert_eq!(
-            resume_within(Duration::ZERO, call, |e| *e == "timed out"),
-            Err("timed out")
+            resume_within(Duration::ZERO, call, |e| *e == "timed out").await,
+            Err(Resumed::Call("timed out"))
         );
         assert_eq!(tries.get(), 1);
         // Nor is an error that is not retriable.
         let (call, tries) = flaky(5, "fenced");
         assert_eq!(
-            resume_within(Duration::from_secs(30), call, |e| *e == "timed out"),
-            Err("fenced")
+            resume_within(Duration::from_secs(30), call, |e| *e == "timed out").await,
+            Err(Resumed::Call("fenced"))
         );
         assert_eq!(tries.get(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_try_ends_the_call_at_once() {
+        let tries = std::cell::Cell::new(0);
+        let result: Result<(), Resumed<&str, &str>> = resume_within(
+            Duration::from_secs(30),
+            || {
+                tries.set(tries.get() + 1);
+                std::future::ready(Err("stuck"))
+            },
+            |_: &&str| true,
+        )
+        .await;
+        assert_eq!(result, Err(Resumed::Stuck("stuck")));
+        assert_eq!(tries.get(), 1);
+    }
+
+    /// librdkafka's send_offsets_to_transaction can block past its timeout
+    /// for good (confluentinc/librdkafka#5456): such a call is given up at its
+    /// timeout and the slack, and the producer is re-created.
+    #[tokio::test(start_paused = true)]
+    async fn a_call_that_never_returns_is_given_up_past_its_timeout() {
+        let (_keep, never) = std::sync::mpsc::channel::<()>();
+        let started = tokio::time::Instant::now();
+        let result = bounded(
+            "send_offsets_to_transaction",
+            Duration::from_secs(10),
+            move || {
+                let _ = never.recv();
+            },
+        )
+        .await;
+        match result {
+            Err(TxnError::Stuck { call, waited }) => {
+                assert_eq!(call, "send_offsets_to_transaction");
+                assert_eq!(waited, Duration::from_secs(10) + STUCK_SLACK);
+            }
+            other => panic!("expected Stuck, got {other:?}"),
+        }
+        assert!(started.elapsed() >= Duration::from_secs(10) + STUCK_SLACK);
+    }
+
+    /// (Not on a paused clock: it would jump past the deadline while the
+    /// call's thread runs.)
+    #[tokio::test]
+    async fn a_call_that_returns_in_time_hands_back_its_value() {
+        assert_eq!(
+            bounded("flush", Duration::from_secs(10), || 7).await.ok(),
+            Some(7)
+        );
     }
 }
