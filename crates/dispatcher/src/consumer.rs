@@ -60,12 +60,16 @@ pub(crate) enum FromKafka {
         epoch: u64,
     },
     /// The engine must confirm on `confirm` once the partitions are drained
-    /// and committed; the consumer's rebalance epoch they end.
+    /// and committed; the consumer's rebalance epoch they end. `lost`: the
+    /// consumer's group session ended (librdkafka's "assignment lost": a
+    /// session timeout, a broker away longer than it), so nothing of these
+    /// partitions can be committed any more; the engine drops them at once.
     Revoked {
         input: u16,
         parts: Vec<TopicPartition>,
         confirm: sync_mpsc::SyncSender<()>,
         epoch: u64,
+        lost: bool,
     },
     /// A [`Command::Rewind`] was carried out (`done`), or refused (`!done`: a
     /// rebalance came between, or the seek failed; the engine may ask again).
@@ -149,11 +153,16 @@ impl ConsumerContext for DispatchContext {
         hookline_runtime::kafka::cooperative_rebalance(self, consumer, err, tpl);
     }
 
-    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Revoke(tpl) => {
                 let parts = hookline_runtime::kafka::partitions(tpl);
-                tracing::info!(partitions = ?parts, "partitions revoked; draining them");
+                let lost = consumer.assignment_lost();
+                if lost {
+                    tracing::warn!(partitions = ?parts, "partitions lost with the group session; dropping them");
+                } else {
+                    tracing::info!(partitions = ?parts, "partitions revoked; draining them");
+                }
                 let (confirm, confirmed) = sync_mpsc::sync_channel(1);
                 let epoch = self.next_epoch();
                 // A closed channel means the engine is gone and has committed.
@@ -162,6 +171,7 @@ impl ConsumerContext for DispatchContext {
                     parts,
                     confirm,
                     epoch,
+                    lost,
                 };
                 if self.events.blocking_send(revoked).is_ok()
                     && confirmed.recv_timeout(self.revoke_wait).is_err()

@@ -193,9 +193,12 @@ impl Engine {
         let now = Instant::now();
         finish_ready(&mut self.machine, &mut self.commits.pending);
         let batch = self.commits.pending.take(now);
-        let offsets_due = force
-            || (now >= self.commits.last + self.commits.interval
-                && self.commits.retry_at.is_none_or(|at| now >= at))
+        // A failed offsets-only transaction is retried after its back-off,
+        // also when forced: a revoke's flush against a broker that refuses
+        // every commit would otherwise start one every few milliseconds.
+        let backed_off = self.commits.retry_at.is_none_or(|at| now >= at);
+        let offsets_due = (backed_off
+            && (force || now >= self.commits.last + self.commits.interval))
             || (self.commits.log.len() >= LOG_BATCH && self.commits.retry_at.is_none());
         if batch.handoffs.is_empty() && !offsets_due {
             return;

@@ -317,9 +317,14 @@ impl Engine {
                 parts,
                 confirm,
                 epoch,
+                lost,
             } => {
                 self.epochs[usize::from(input)] = epoch;
-                self.revoke(input, &parts).await;
+                if lost {
+                    self.drop_lost(&parts);
+                } else {
+                    self.revoke(input, &parts).await;
+                }
                 let _ = confirm.send(());
             }
             FromKafka::Rewound {

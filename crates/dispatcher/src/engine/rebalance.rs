@@ -48,6 +48,34 @@ impl Engine {
         );
     }
 
+    /// Drops partitions whose assignment was lost with the consumer's group
+    /// session: a transaction's offsets carry the group generation, which is
+    /// gone, so nothing of them can be committed here again (the broker
+    /// answers "unknown member") and a revoke's wait and flush would only hold
+    /// the engine — and with it every other consumer's events, and their
+    /// rejoins — for the whole revoke wait. Their queued records, in-flight
+    /// attempts and uncommitted hand-offs are given up at once; whoever is
+    /// assigned the partitions next (this replica, once it rejoins) reads
+    /// them again from the last committed offset.
+    pub(super) fn drop_lost(&mut self, revoked: &[TopicPartition]) {
+        let mut parts: Vec<Part> = revoked
+            .iter()
+            .filter_map(|(t, p)| self.machine.part(t, *p))
+            .collect();
+        let lanes = self.lane_parts(&parts);
+        parts.extend(&lanes);
+        let dropped = self.machine.revoke(&parts);
+        let abandoned = self.abandon(|k| parts.contains(&k.0));
+        self.machine.forget(&parts);
+        self.unassign_lanes(&lanes);
+        tracing::warn!(
+            partitions = parts.len(),
+            dropped,
+            abandoned,
+            "lost partitions dropped; their uncommitted work is re-read by their next owner"
+        );
+    }
+
     /// Processes completions until no attempt task matches `which` or the
     /// deadline; returns how many matching tasks completed.
     async fn wait_for(&mut self, which: impl Fn(&Key) -> bool, deadline: Instant) -> usize {
