@@ -19,6 +19,9 @@
 //! attempts finish, stores and commits the watermark, and confirms; only then does
 //! the callback return and librdkafka hand the partitions over. Because polling
 //! happens on this thread, the callback can block without stalling the engine.
+//! Partitions *lost* with the group session (librdkafka's assignment lost: a
+//! broker away past the session timeout) cannot be committed any more; the
+//! engine drops them at once and confirms (`engine/rebalance.rs`).
 //!
 //! Rewinds (pause-until-due) are carried out here too, between two polls: pause,
 //! seek back, then a [`FromKafka::Rewound`] marker into the same channel. So every

@@ -278,6 +278,44 @@ pub async fn group_progress(group: &str, topic: &str) -> anyhow::Result<(i64, i6
     .await?
 }
 
+/// The offsets `group` has committed on each partition of `topic` (none for a
+/// partition it never committed).
+pub async fn committed_by_partition(
+    group: &str,
+    topic: &str,
+) -> anyhow::Result<std::collections::BTreeMap<i32, i64>> {
+    use rdkafka::{
+        consumer::{BaseConsumer, Consumer},
+        Offset, TopicPartitionList,
+    };
+    let (group, topic) = (group.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let consumer: BaseConsumer = client_config()
+            .set("group.id", &group)
+            .set("enable.auto.commit", "false")
+            .create()?;
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let mut tpl = TopicPartitionList::new();
+        for p in metadata
+            .topics()
+            .first()
+            .map(|t| t.partitions())
+            .unwrap_or_default()
+        {
+            tpl.add_partition(&topic, p.id());
+        }
+        Ok(committed_offsets(&consumer, tpl)?
+            .elements()
+            .iter()
+            .filter_map(|e| match e.offset() {
+                Offset::Offset(o) => Some((e.partition(), o)),
+                _ => None,
+            })
+            .collect())
+    })
+    .await?
+}
+
 /// The group's committed offsets, asked again while the group coordinator is
 /// not there yet: on a fresh broker `__consumer_offsets` is still loading
 /// and the first OffsetFetch can be answered `NotCoordinator` (seen failing

@@ -341,7 +341,7 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
         .collect();
     let ledger = ledger::settle_skipping(&p, STALL, &skip).await?;
     r.count(ledger.summary());
-    check_outcomes(&p, &ledger, &subs_of, events)?;
+    check_outcomes(&p, &ledger, &subs_of, events).await?;
 
     // Nothing behind the bad records stalled: first attempts of events produced
     // after the first bad record arrive promptly.

@@ -284,7 +284,7 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
     for (case, server) in cases.iter().zip(&servers) {
         problems.extend(check_case(r, &p, case, server, &hostile_events, &letters));
     }
-    if let Err(e) = check_outcomes(&p, &ledger, &subs_of, events) {
+    if let Err(e) = check_outcomes(&p, &ledger, &subs_of, events).await {
         problems.push(format!("{e:#}"));
     }
     let canary = servers

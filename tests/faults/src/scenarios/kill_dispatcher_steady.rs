@@ -122,7 +122,8 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
         &ledger,
         &subs_of,
         (0..events).map(|seq| (seq, TENANTS[seq as usize % TENANTS.len()].to_owned())),
-    )?;
+    )
+    .await?;
     d.check_running()?;
     all_running(&mut p)?;
     d.stop().await?;

@@ -130,13 +130,72 @@ pub async fn post_mortem(p: &Pipeline) -> String {
                 out.push(format!("--- non-zero metrics of {} ---", stage.name));
                 out.extend(
                     text.lines()
-                        .filter(|l| !l.starts_with('#') && !l.contains("_bucket{"))
+                        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.contains("_bucket{"))
                         .filter(|l| l.rsplit(' ').next().is_some_and(|v| v != "0"))
                         .map(str::to_owned),
                 );
             }
             Err(e) => out.push(format!("--- metrics of {}: {e:#} ---", stage.name)),
         }
+    }
+    out.join("\n")
+}
+
+/// Where a few lost deliveries were last seen: every record of the
+/// dispatcher's inputs and the DLQ (committed reads) that holds the id, with
+/// the dispatcher group's committed offset of its partition, and the
+/// receiver's answers to it. A record below its committed offset with no
+/// follow-up and no 2xx is a follow-up lost by an offset committed past it.
+pub async fn trace_lost(p: &Pipeline, lost: &[String]) -> String {
+    use rdkafka::Message;
+    let sample: Vec<&String> = lost.iter().take(4).collect();
+    let mut topics: Vec<String> = p
+        .topics
+        .dispatcher_inputs()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    topics.push(p.topics.dlq().to_owned());
+    let group = format!("{}dispatcher", p.topics.prefix());
+    let mut out = Vec::new();
+    let mut seen: HashMap<&str, Vec<String>> = HashMap::new();
+    for topic in &topics {
+        let records = match hookline_testkit::kafka::read_to_end(topic).await {
+            Ok(records) => records,
+            Err(e) => {
+                out.push(format!("reading {topic}: {e:#}"));
+                continue;
+            }
+        };
+        let committed = hookline_testkit::kafka::committed_by_partition(&group, topic)
+            .await
+            .unwrap_or_default();
+        for m in &records {
+            let value = m.payload().unwrap_or_default();
+            for id in &sample {
+                if value.windows(id.len()).any(|w| w == id.as_bytes()) {
+                    seen.entry(id.as_str()).or_default().push(format!(
+                        "{topic} [{}] @{} (group committed {:?})",
+                        m.partition(),
+                        m.offset(),
+                        committed.get(&m.partition())
+                    ));
+                }
+            }
+        }
+    }
+    let requests = p.receiver.requests();
+    for id in sample {
+        let answers: Vec<u16> = requests
+            .iter()
+            .filter(|r| r.header("webhook-id") == id.as_str())
+            .map(|r| r.status)
+            .collect();
+        out.push(format!(
+            "{id}: answered {answers:?}; in {}",
+            seen.get(id.as_str())
+                .map_or("no record".to_owned(), |s| s.join(", "))
+        ));
     }
     out.join("\n")
 }
@@ -169,7 +228,7 @@ fn lost_by_subscription(
 /// Checks the invariant and, per subscription, the expected end of each of
 /// its deliveries: `wants` maps subscription id → what must happen, and
 /// `events` lists (seq, tenant) of every event produced.
-pub fn check_outcomes(
+pub async fn check_outcomes(
     p: &Pipeline,
     ledger: &Ledger,
     subs_of: &HashMap<String, Vec<(String, Want)>>,
@@ -181,8 +240,9 @@ pub fn check_outcomes(
             return Err(e);
         }
         return Err(anyhow::anyhow!(
-            "{e:#}; lost by subscription: {}",
-            lost_by_subscription(p, ledger, subs_of, &events)
+            "{e:#}; lost by subscription: {}\n{}",
+            lost_by_subscription(p, ledger, subs_of, &events),
+            trace_lost(p, &ledger.lost).await
         ));
     }
     let delivered = &ledger.delivered_ids;
@@ -317,7 +377,7 @@ pub async fn finish(
         ledger.summary(),
         settle_start.elapsed().as_secs_f64()
     ));
-    if let Err(e) = check_outcomes(p, &ledger, &work.subs_of, work.events(events)) {
+    if let Err(e) = check_outcomes(p, &ledger, &work.subs_of, work.events(events)).await {
         return Err(anyhow::anyhow!("{e:#}\n{}", post_mortem(p).await));
     }
     let (rows, ids) = match crate::ledger::wait_archived(p, &ledger, STALL).await {

@@ -127,7 +127,7 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
     }
     r.count(ledger.summary());
     let events = (0..EVENTS).map(|seq| (seq, tenants[seq as usize % tenants.len()].to_owned()));
-    check_outcomes(&p, &ledger, &subs_of, events)?;
+    check_outcomes(&p, &ledger, &subs_of, events).await?;
     ensure!(
         abandoned_total == 0 && ledger.duplicates == 0,
         "{abandoned_total} attempts were abandoned and {} delivered twice",
