@@ -241,38 +241,16 @@ pub async fn read_to_end(topic: &str) -> anyhow::Result<Vec<rdkafka::message::Ow
 /// The offsets `group` has committed on `topic`, summed over partitions, and
 /// the topic's summed high watermarks: equal when the group has consumed all.
 pub async fn group_progress(group: &str, topic: &str) -> anyhow::Result<(i64, i64)> {
-    use rdkafka::{
-        consumer::{BaseConsumer, Consumer},
-        Offset, TopicPartitionList,
-    };
+    use rdkafka::consumer::Consumer;
     let (group, topic) = (group.to_owned(), topic.to_owned());
     tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let consumer: BaseConsumer = client_config()
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .create()?;
-        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
-        let mut tpl = TopicPartitionList::new();
+        let (consumer, committed) = committed_on(&group, &topic)?;
         let mut high_sum = 0;
-        for p in metadata
-            .topics()
-            .first()
-            .map(|t| t.partitions())
-            .unwrap_or_default()
-        {
-            tpl.add_partition(&topic, p.id());
-            let (_, high) = consumer.fetch_watermarks(&topic, p.id(), Duration::from_secs(10))?;
+        for p in committed.keys() {
+            let (_, high) = consumer.fetch_watermarks(&topic, *p, Duration::from_secs(10))?;
             high_sum += high;
         }
-        let committed = committed_offsets(&consumer, tpl)?;
-        let committed_sum = committed
-            .elements()
-            .iter()
-            .map(|e| match e.offset() {
-                Offset::Offset(o) => o,
-                _ => 0,
-            })
-            .sum();
+        let committed_sum = committed.values().map(|o| o.unwrap_or(0)).sum();
         Ok((committed_sum, high_sum))
     })
     .await?
@@ -284,36 +262,53 @@ pub async fn committed_by_partition(
     group: &str,
     topic: &str,
 ) -> anyhow::Result<std::collections::BTreeMap<i32, i64>> {
+    let (group, topic) = (group.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let (_, committed) = committed_on(&group, &topic)?;
+        Ok(committed
+            .into_iter()
+            .filter_map(|(p, o)| Some((p, o?)))
+            .collect())
+    })
+    .await?
+}
+
+/// A consumer in `group` (never subscribing) and the group's committed offset
+/// of every partition of `topic` (`None` where it never committed).
+fn committed_on(
+    group: &str,
+    topic: &str,
+) -> anyhow::Result<(
+    rdkafka::consumer::BaseConsumer,
+    std::collections::BTreeMap<i32, Option<i64>>,
+)> {
     use rdkafka::{
         consumer::{BaseConsumer, Consumer},
         Offset, TopicPartitionList,
     };
-    let (group, topic) = (group.to_owned(), topic.to_owned());
-    tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let consumer: BaseConsumer = client_config()
-            .set("group.id", &group)
-            .set("enable.auto.commit", "false")
-            .create()?;
-        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
-        let mut tpl = TopicPartitionList::new();
-        for p in metadata
-            .topics()
-            .first()
-            .map(|t| t.partitions())
-            .unwrap_or_default()
-        {
-            tpl.add_partition(&topic, p.id());
-        }
-        Ok(committed_offsets(&consumer, tpl)?
-            .elements()
-            .iter()
-            .filter_map(|e| match e.offset() {
-                Offset::Offset(o) => Some((e.partition(), o)),
-                _ => None,
-            })
-            .collect())
-    })
-    .await?
+    let consumer: BaseConsumer = client_config()
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()?;
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let mut tpl = TopicPartitionList::new();
+    for p in metadata
+        .topics()
+        .first()
+        .map(|t| t.partitions())
+        .unwrap_or_default()
+    {
+        tpl.add_partition(topic, p.id());
+    }
+    let committed = committed_offsets(&consumer, tpl)?
+        .elements()
+        .iter()
+        .map(|e| match e.offset() {
+            Offset::Offset(o) => (e.partition(), Some(o)),
+            _ => (e.partition(), None),
+        })
+        .collect();
+    Ok((consumer, committed))
 }
 
 /// The group's committed offsets, asked again while the group coordinator is

@@ -22,13 +22,7 @@ impl Engine {
     /// give their in-flight attempts the request timeout, commit what is
     /// pending, forget them.
     pub(super) async fn revoke(&mut self, _input: u16, revoked: &[TopicPartition]) {
-        let mut parts: Vec<Part> = revoked
-            .iter()
-            .filter_map(|(t, p)| self.machine.part(t, *p))
-            .collect();
-        // The lanes' partitions that follow them go with them.
-        let lanes = self.lane_parts(&parts);
-        parts.extend(&lanes);
+        let (parts, lanes) = self.with_lanes(revoked);
         let dropped = self.machine.revoke(&parts);
         let deadline = Instant::now() + self.request_timeout + DRAIN_SLACK;
         let in_flight = self.wait_for(|k| parts.contains(&k.0), deadline).await;
@@ -48,6 +42,18 @@ impl Engine {
         );
     }
 
+    /// The machine's partitions of `revoked` and, with them, the lanes'
+    /// partitions that follow them (returned apart too, to unassign).
+    fn with_lanes(&self, revoked: &[TopicPartition]) -> (Vec<Part>, Vec<Part>) {
+        let mut parts: Vec<Part> = revoked
+            .iter()
+            .filter_map(|(t, p)| self.machine.part(t, *p))
+            .collect();
+        let lanes = self.lane_parts(&parts);
+        parts.extend(&lanes);
+        (parts, lanes)
+    }
+
     /// Drops partitions whose assignment was lost with the consumer's group
     /// session: a transaction's offsets carry the group generation, which is
     /// gone, so nothing of them can be committed here again (the broker
@@ -58,12 +64,7 @@ impl Engine {
     /// assigned the partitions next (this replica, once it rejoins) reads
     /// them again from the last committed offset.
     pub(super) fn drop_lost(&mut self, revoked: &[TopicPartition]) {
-        let mut parts: Vec<Part> = revoked
-            .iter()
-            .filter_map(|(t, p)| self.machine.part(t, *p))
-            .collect();
-        let lanes = self.lane_parts(&parts);
-        parts.extend(&lanes);
+        let (parts, lanes) = self.with_lanes(revoked);
         let dropped = self.machine.revoke(&parts);
         let abandoned = self.abandon(|k| parts.contains(&k.0));
         self.machine.forget(&parts);
