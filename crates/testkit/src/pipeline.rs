@@ -163,6 +163,11 @@ pub fn epoch_us(t: SystemTime) -> i64 {
     epoch::micros(t)
 }
 
+/// The dispatcher's header carrying the attempt's start, µs since the epoch:
+/// with [`sent_us`] and the receiver's arrival time it splits a delivery's
+/// wait into before and after the POST began.
+pub const ATTEMPT_STARTED_HEADER: &str = "webhook-attempt-started";
+
 /// The production time written into a pipeline payload, if it is one.
 pub fn sent_us(body: &[u8]) -> Option<i64> {
     serde_json::from_slice::<Stamp>(body)

@@ -27,13 +27,10 @@ use rdkafka::{
 use super::{pace, start, waits_ms, warm_up, Context, Path, STALL};
 use crate::{
     params::Params,
-    pipeline::{epoch_us, now_us, sent_us, Pipeline, Spec},
+    pipeline::{epoch_us, now_us, sent_us, Pipeline, Spec, ATTEMPT_STARTED_HEADER},
     report::Outcome,
     stats::{ms, Summary},
 };
-
-/// The dispatcher's header with the attempt's start, µs since the epoch.
-const ATTEMPT_STARTED: &str = "webhook-attempt-started";
 
 pub async fn run(params: &Params, ctx: &mut Context) -> Outcome {
     let mut out = Outcome::new("latency");
@@ -272,7 +269,7 @@ fn hops(out: &mut Outcome, requests: &[Recorded], seen: &HashMap<String, Seen>) 
         let since = |t: i64| (t - sent) as f64 / 1000.0;
         produced.push(since(s.produced_us));
         readable.push(since(s.readable_us));
-        if let Ok(t) = r.header(ATTEMPT_STARTED).parse::<i64>() {
+        if let Ok(t) = r.header(ATTEMPT_STARTED_HEADER).parse::<i64>() {
             started.push(since(t));
         }
         received.push(since(epoch_us(r.received_at)));

@@ -20,7 +20,7 @@ use hookline_envelope::{decode, delivery_id, DeadLetter};
 use hookline_testkit::{
     hostile::{Behaviour, CertFault, Framing, HostileServer, Malformed, RedirectTo},
     kafka,
-    pipeline::{epoch_us, sent_us, Pipeline},
+    pipeline::{epoch_us, sent_us, Pipeline, ATTEMPT_STARTED_HEADER},
 };
 use rand::rngs::StdRng;
 use tokio::time::Instant;
@@ -48,6 +48,8 @@ const MAX_DISPATCHER_RSS_MIB: f64 = 300.0;
 /// Bytes a server may get rid of per attempt on a huge body: the client's
 /// 4 KiB cap plus the sockets' buffers.
 const MAX_BYTES_PER_ATTEMPT: u64 = 16 << 20;
+/// How many of the slowest healthy deliveries the report breaks down by hop.
+const SLOWEST_SHOWN: usize = 5;
 const STALL: Duration = Duration::from_secs(30);
 const GIB: u64 = 1 << 30;
 
@@ -312,7 +314,7 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
             HEALTHY_EVENTS as f64 / HEALTHY_RATE
         ));
     }
-    problems.extend(check_healthy(r, &p));
+    problems.extend(check_healthy(r, &p, began).await);
     let usage = p.stage("dispatcher")?.usage()?;
     r.count(format!(
         "dispatcher peak RSS {:.1} MiB (at start {rss_at_start:.1} MiB, bound {MAX_DISPATCHER_RSS_MIB} MiB), CPU {:.1} s",
@@ -539,9 +541,17 @@ fn check_case(
 }
 
 /// The healthy tenant's end-to-end wait (event produced → first 2xx), while
-/// hostile attempts were in progress.
-fn check_healthy(r: &mut Report, p: &Pipeline) -> Vec<String> {
-    let mut first: HashMap<String, i64> = HashMap::new();
+/// hostile attempts were in progress. The slowest few are broken down by hop
+/// (fanout produced the delivery record, the dispatcher started the POST, the
+/// receiver got it), so a wait over the bound says where it was spent.
+async fn check_healthy(r: &mut Report, p: &Pipeline, began: Instant) -> Vec<String> {
+    struct Wait {
+        wait: i64,
+        sent: i64,
+        started: Option<i64>,
+        received: i64,
+    }
+    let mut first: HashMap<String, Wait> = HashMap::new();
     for req in p.receiver.requests_to("/ok") {
         if !(200..300).contains(&req.status) {
             continue;
@@ -549,18 +559,31 @@ fn check_healthy(r: &mut Report, p: &Pipeline) -> Vec<String> {
         let Some(sent) = sent_us(&req.body) else {
             continue;
         };
-        let wait = epoch_us(req.received_at) - sent;
-        first
-            .entry(req.header("webhook-id").to_owned())
-            .and_modify(|w| *w = (*w).min(wait))
-            .or_insert(wait);
+        let received = epoch_us(req.received_at);
+        let wait = Wait {
+            wait: received - sent,
+            sent,
+            started: req.header(ATTEMPT_STARTED_HEADER).parse().ok(),
+            received,
+        };
+        let id = req.header("webhook-id").to_owned();
+        match first.get(&id) {
+            Some(w) if w.wait <= wait.wait => {}
+            _ => {
+                first.insert(id, wait);
+            }
+        }
     }
-    let mut waits: Vec<i64> = first.into_values().collect();
-    waits.sort_unstable();
+    let mut waits: Vec<(String, Wait)> = first.into_iter().collect();
+    waits.sort_unstable_by_key(|(_, w)| w.wait);
     if waits.is_empty() {
         return vec!["the healthy tenant got nothing".to_owned()];
     }
-    let at = |q: f64| waits[((waits.len() as f64 * q).ceil() as usize).clamp(1, waits.len()) - 1];
+    let at = |q: f64| {
+        waits[((waits.len() as f64 * q).ceil() as usize).clamp(1, waits.len()) - 1]
+            .1
+            .wait
+    };
     let (p50, p99, max) = (at(0.5), at(0.99), at(1.0));
     let ms = |us: i64| us as f64 / 1000.0;
     r.count(format!(
@@ -572,6 +595,27 @@ fn check_healthy(r: &mut Report, p: &Pipeline) -> Vec<String> {
         HEALTHY_P99,
         HEALTHY_MAX
     ));
+    // Where the slowest waits went: the delivery record's timestamp is when
+    // fanout produced it inside its transaction.
+    let slowest = &waits[waits.len().saturating_sub(SLOWEST_SHOWN)..];
+    let produced = produced_at(p, slowest.iter().map(|(id, _)| id.as_str()))
+        .await
+        .unwrap_or_else(|e| {
+            r.inject(format!("could not read the deliveries' timestamps: {e:#}"));
+            HashMap::new()
+        });
+    let began_us = epoch_us(std::time::SystemTime::now()) - began.elapsed().as_micros() as i64;
+    for (id, w) in slowest.iter().rev() {
+        let hop =
+            |t: Option<i64>| t.map_or("?".to_owned(), |t| format!("+{:.0} ms", ms(t - w.sent)));
+        r.count(format!(
+            "  slow healthy delivery sent at t={:.2}s: fanout produced {}, POST started {}, received {}",
+            ms(w.sent - began_us) / 1000.0,
+            hop(produced.get(id).copied()),
+            hop(w.started),
+            hop(Some(w.received)),
+        ));
+    }
     let mut problems = Vec::new();
     if p99 > HEALTHY_P99.as_micros() as i64 || max > HEALTHY_MAX.as_micros() as i64 {
         problems.push(format!(
@@ -581,4 +625,24 @@ fn check_healthy(r: &mut Report, p: &Pipeline) -> Vec<String> {
         ));
     }
     problems
+}
+
+/// The Kafka timestamps (µs since the epoch) of the given deliveries' records.
+async fn produced_at<'a>(
+    p: &Pipeline,
+    ids: impl Iterator<Item = &'a str>,
+) -> anyhow::Result<HashMap<String, i64>> {
+    use rdkafka::Message;
+    let wanted: HashSet<&str> = ids.collect();
+    let mut out = HashMap::new();
+    for m in kafka::read_to_end(p.topics.deliveries()).await? {
+        let delivery: hookline_envelope::Delivery = decode(m.payload().unwrap_or_default())?;
+        if let (true, Some(ms)) = (
+            wanted.contains(delivery.delivery_id.as_str()),
+            m.timestamp().to_millis(),
+        ) {
+            out.insert(delivery.delivery_id, ms * 1000);
+        }
+    }
+    Ok(out)
 }
