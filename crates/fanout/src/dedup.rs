@@ -131,23 +131,57 @@ pub(crate) struct Rebuilt {
     pub start: i64,
 }
 
+/// The group-less, `read_committed` consumer that reads partitions back for
+/// their windows. Created on the first rebuild and kept for the next ones: a
+/// librdkafka client costs a connection to start and ~100 ms to destroy, and
+/// an assignment rebuilds every new partition's window one after another
+/// while the loop waits (12 partitions: over a second on every start, all of
+/// it added to the first events' latency).
+pub(crate) struct Reader {
+    consumer: BaseConsumer,
+}
+
+impl std::fmt::Debug for Reader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reader").finish_non_exhaustive()
+    }
+}
+
+impl Reader {
+    pub(crate) fn new(common: &CommonArgs) -> Result<Self, RuntimeError> {
+        let client_id = "hookline-fanout-dedup-rebuild";
+        // librdkafka wants a group.id even for assign(); this reader never joins
+        // or commits to it.
+        let consumer = kafka::consumer_config(common, client_id)?
+            .set("group.id", client_id)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("isolation.level", "read_committed")
+            .create()
+            .map_err(|e| {
+                RuntimeError::kafka("creating the admission-window reader".to_owned(), e)
+            })?;
+        Ok(Self { consumer })
+    }
+}
+
 /// Reads the partition from the first record whose timestamp is at least one
-/// window before `from_stream_time` up to `end` with a separate, group-less,
-/// `read_committed` consumer, feeding every usable event to a new window exactly
-/// as the live loop does. Blocking: run it off the runtime.
-pub(crate) fn rebuild(common: &CommonArgs, spec: &RebuildSpec) -> Result<Rebuilt, RuntimeError> {
+/// window before `from_stream_time` up to `end` with `reader`, feeding every
+/// usable event to a new window exactly as the live loop does. The reader is
+/// left without an assignment. Blocking: run it off the runtime.
+pub(crate) fn rebuild(reader: &Reader, spec: &RebuildSpec) -> Result<Rebuilt, RuntimeError> {
+    let result = read_back(&reader.consumer, spec);
+    // Stop fetching until the next rebuild; an error here leaves the reader
+    // fetching a partition nobody reads, which its next `assign` replaces.
+    if let Err(error) = reader.consumer.unassign() {
+        tracing::debug!(%error, "unassigning the admission-window reader");
+    }
+    result
+}
+
+fn read_back(consumer: &BaseConsumer, spec: &RebuildSpec) -> Result<Rebuilt, RuntimeError> {
     let err = |context: &str, e: KafkaError| RuntimeError::kafka(context.to_owned(), e);
-    let client_id = "hookline-fanout-dedup-rebuild";
-    // librdkafka wants a group.id even for assign(); this reader never joins or
-    // commits to it.
-    let consumer: BaseConsumer = kafka::consumer_config(common, client_id)?
-        .set("group.id", client_id)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed")
-        .create()
-        .map_err(|e| err("creating the admission-window reader", e))?;
     let mut window = AdmissionWindow::new(spec.window, spec.max_keys);
     // Kafka reads negative timestamps as "latest"/"earliest"; none is stored.
     let from = admission::rebuild_from(spec.from_stream_time, spec.window).max(0);
@@ -190,15 +224,24 @@ pub(crate) fn rebuild(common: &CommonArgs, spec: &RebuildSpec) -> Result<Rebuilt
     consumer
         .assign(&assignment)
         .map_err(|e| err("assigning the admission-window reader", e))?;
+    // The reader is reused: anything but this partition's records from
+    // `start` on, in order, is left over from an earlier read and skipped, so
+    // no record is observed twice.
+    let mut next = start;
     let mut last_progress = Instant::now();
     loop {
         match consumer.poll(POLL) {
             None => {}
+            Some(Ok(msg))
+                if msg.topic() != spec.topic
+                    || msg.partition() != spec.partition
+                    || msg.offset() < next => {}
             Some(Ok(msg)) => {
                 last_progress = Instant::now();
                 if msg.offset() >= spec.end {
                     break;
                 }
+                next = msg.offset() + 1;
                 records += 1;
                 observe(&mut window, &msg, spec.max_payload_bytes);
             }

@@ -61,14 +61,18 @@ pub(crate) fn evicted_early(n: usize) {
 }
 
 /// One rebuild of a partition's admission window: logged and counted.
-pub(crate) fn rebuild(partition: i32, outcome: Result<(u64, i64, i64), &dyn std::fmt::Display>) {
+pub(crate) fn rebuild(
+    partition: i32,
+    outcome: Result<(u64, i64, i64, Duration), &dyn std::fmt::Display>,
+) {
     match outcome {
-        Ok((records, start, end)) => {
+        Ok((records, start, end, took)) => {
             tracing::info!(
                 partition,
                 records,
                 start,
                 end,
+                took_ms = took.as_millis() as u64,
                 "rebuilt the duplicate-admission window"
             );
             metrics::counter!(m::FANOUT_DEDUP_REBUILDS, label::OUTCOME => "done").increment(1);

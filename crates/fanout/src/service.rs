@@ -75,6 +75,9 @@ pub(crate) struct FanoutLoop {
     health: Health,
     /// `None` when `--dedup-window 0`.
     windows: Option<Windows>,
+    /// Reads partitions back for their windows; kept between rebuilds, dropped
+    /// after a failed one (the next starts afresh).
+    reader: Option<dedup::Reader>,
     /// A missing ACL: unready and named until the transaction succeeds.
     access: Access,
     /// The topic of the send that failed last (for naming a denial).
@@ -159,6 +162,7 @@ impl FanoutLoop {
             .map(|w| Windows::new(w, config.fanout.dedup_max_keys));
         Ok(Self {
             windows,
+            reader: None,
             config,
             topics,
             consumer: Arc::new(consumer),
@@ -296,12 +300,18 @@ impl FanoutLoop {
         );
         let (window, max_keys) = (windows.window(), windows.max_keys());
         loop {
+            let started = Instant::now();
             let outcome = self.rebuild_once(msg, window, max_keys).await;
             match outcome {
                 Ok(rebuilt) => {
                     fm::rebuild(
                         partition,
-                        Ok((rebuilt.records, rebuilt.start, msg.offset())),
+                        Ok((
+                            rebuilt.records,
+                            rebuilt.start,
+                            msg.offset(),
+                            started.elapsed(),
+                        )),
                     );
                     if let Some(windows) = &mut self.windows {
                         windows.install(partition, rebuilt.window);
@@ -322,7 +332,7 @@ impl FanoutLoop {
     /// One rebuild attempt: the committed stream time from the offset's metadata
     /// (else now), then the records from one window before it up to `msg`.
     async fn rebuild_once(
-        &self,
+        &mut self,
         msg: &OwnedMessage,
         window: Duration,
         max_keys: usize,
@@ -354,14 +364,24 @@ impl FanoutLoop {
             max_payload_bytes: self.config.fanout.max_payload_bytes,
         };
         let common = self.config.common.clone();
-        let mut task = tokio::task::spawn_blocking(move || dedup::rebuild(&common, &spec));
+        let reader = self.reader.take();
+        let mut task = tokio::task::spawn_blocking(move || {
+            let reader = match reader {
+                Some(reader) => reader,
+                None => dedup::Reader::new(&common)?,
+            };
+            let rebuilt = dedup::rebuild(&reader, &spec)?;
+            Ok::<_, hookline_runtime::RuntimeError>((reader, rebuilt))
+        });
         // Reading back can take a while; the loop is alive meanwhile.
         loop {
             tokio::select! {
                 done = &mut task => {
-                    return done
+                    let (reader, rebuilt) = done
                         .map_err(|e| FanoutError::Join(e.to_string()))?
-                        .map_err(FanoutError::Runtime);
+                        .map_err(FanoutError::Runtime)?;
+                    self.reader = Some(reader);
+                    return Ok(rebuilt);
                 }
                 _ = tokio::time::sleep(Duration::from_secs(1)) => self.health.beat(LOOP),
             }

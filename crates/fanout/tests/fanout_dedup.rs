@@ -156,6 +156,81 @@ async fn after_kill_9_the_rebuilt_window_still_fans_out_once() {
     );
 }
 
+/// The windows of several partitions are rebuilt one after another by one
+/// reader kept between rebuilds: each must observe exactly its own partition's
+/// records (none carried over from the partition read before it), or a
+/// duplicate would pass or the records read back would be miscounted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_every_partition_window_is_rebuilt_from_its_own_records() {
+    let env = Env::new("fanout-dedup-partitions").await;
+    let tenants = ["acme", "globex", "initech", "umbrella", "hooli", "soylent"];
+    let url = "https://hooks.example/in";
+    for tenant in tenants {
+        env.put(&subscription(&format!("{tenant}-all"), tenant, &["*"], url))
+            .await;
+    }
+    let t = an_hour_ago();
+    for (i, tenant) in tenants.iter().enumerate() {
+        let at = t + i as i64;
+        env.publish_at(&event(&format!("{tenant}-1"), tenant, "a.b"), at)
+            .await;
+        env.publish_at(&event(&format!("{tenant}-2"), tenant, "a.b"), at + 20)
+            .await;
+    }
+    let partitions: std::collections::BTreeSet<i32> = kafka::read_to_end(env.topics.events())
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.partition())
+        .collect();
+    assert!(
+        partitions.len() >= 2,
+        "the tenants must span partitions for this test to mean anything: {partitions:?}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut fanout = env.start_binary(&[], &dir.path().join("fanout.log")).await;
+    env.drained(DRAIN).await;
+    fanout.kill().await.unwrap();
+    // Each tenant's first event again (a duplicate within the window) and a new one.
+    for (i, tenant) in tenants.iter().enumerate() {
+        let at = t + 30_000 + i as i64;
+        env.publish_at(&event(&format!("{tenant}-1"), tenant, "a.b"), at)
+            .await;
+        env.publish_at(&event(&format!("{tenant}-3"), tenant, "a.b"), at + 20)
+            .await;
+    }
+    fanout.restart().await.unwrap();
+    env.drained(DRAIN).await;
+    let deliveries = env.deliveries().await;
+    let metrics = fanout.metrics().await.unwrap();
+    fanout.stop().await.unwrap();
+
+    let mut want: Vec<(String, String)> = tenants
+        .iter()
+        .flat_map(|tenant| (1..=3).map(move |n| (format!("{tenant}-{n}"), format!("{tenant}-all"))))
+        .collect();
+    want.sort();
+    assert_eq!(pairs(&deliveries), want);
+    assert_eq!(
+        counter(&metrics, DUPLICATES, r#"payload="same""#),
+        tenants.len() as f64
+    );
+    // Every partition's two records per tenant, read back once.
+    assert_eq!(
+        counter(&metrics, "hookline_fanout_dedup_rebuild_records_total", ""),
+        (2 * tenants.len()) as f64
+    );
+    assert_eq!(
+        counter(
+            &metrics,
+            "hookline_fanout_dedup_rebuilds_total",
+            r#"outcome="done""#
+        ),
+        partitions.len() as f64
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outside_the_window_an_event_fans_out_again_under_the_same_delivery_ids() {
     let env = Env::new("fanout-dedup-outside").await;
