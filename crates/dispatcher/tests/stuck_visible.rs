@@ -1,9 +1,10 @@
 //! A consumer that cannot consume is visible, on real Kafka and the real
 //! binary: a foreign member holds the dispatcher's group with another
 //! assignment protocol, so the coordinator refuses every dispatcher consumer's
-//! join. Once the stall timeout passes, `/readyz` fails naming the consumer
+//! join. The dispatcher is not ready from its start (it has not joined its
+//! group); once the stall timeout passes, `/readyz` also names the consumer
 //! and `hookline_consumer_unassigned_seconds` climbs; when the foreign member
-//! leaves, the dispatcher joins, owns every partition and is ready again.
+//! leaves, the dispatcher joins, owns every partition and is ready.
 
 #![allow(clippy::unwrap_used)]
 
@@ -79,11 +80,25 @@ async fn a_dispatcher_refused_by_its_group_turns_unready_and_recovers() {
 
     let logs = tempfile::tempdir().unwrap();
     let stage = env
-        .spawn_stage(
+        .spawn_stage_with(
             &["--consumer-stall-timeout", "3s"],
             &logs.path().join("dispatcher.log"),
+            false,
         )
         .await;
+    // Once started: not in the group, naming the consumers that wait.
+    wait_for(
+        &stage,
+        Duration::from_secs(60),
+        "unready while joining",
+        |status, readyz, _| {
+            status == 503
+                && readyz.contains(
+                    "joining the consumer group: no assignment yet for deliveries, strict",
+                )
+        },
+    )
+    .await;
     wait_for(
         &stage,
         Duration::from_secs(60),

@@ -114,6 +114,19 @@ impl Stage {
         args: &[String],
         log: &Path,
     ) -> anyhow::Result<Self> {
+        let mut stage = Self::launch_exe(name, path, args, log).await?;
+        stage.wait_ready().await?;
+        Ok(stage)
+    }
+
+    /// Like [`start_exe`](Self::start_exe), but waits only for the ops
+    /// address, not for `/readyz`: for a test of what an unready stage says.
+    pub async fn launch_exe(
+        name: &'static str,
+        path: PathBuf,
+        args: &[String],
+        log: &Path,
+    ) -> anyhow::Result<Self> {
         let child = spawn(&path, args, log, false)?;
         let pid = child.id().context("the stage exited at once")?;
         let mut stage = Self {
@@ -126,7 +139,7 @@ impl Stage {
             log: log.to_path_buf(),
             starts: 1,
         };
-        stage.wait_started(0).await?;
+        stage.addr = stage.wait_for_addr(0).await?;
         Ok(stage)
     }
 

@@ -67,6 +67,9 @@ use crate::{
 };
 
 const LOOP: &str = "dispatcher";
+/// Readiness condition held until every group consumer has had its first
+/// assignment (see [`Engine::joined`]).
+const JOINING: &str = "group membership";
 const TICK: Duration = Duration::from_millis(200);
 /// Events handled in one pass of the loop when they are already waiting
 /// ([`Engine::on_waiting_events`]).
@@ -159,6 +162,8 @@ pub(crate) struct Engine {
     waker: wake::FetchWaker,
     /// The last refresh waited for the peeker's answer to set the gauges.
     gauges_deferred: bool,
+    /// The group consumers (inputs) that have not had an assignment yet.
+    unjoined: std::collections::BTreeSet<u16>,
 }
 
 pub(crate) use peek::Peeker;
@@ -206,7 +211,13 @@ impl Engine {
         let lane_count = machine.inputs().iter().filter(|i| i.lane.is_some()).count();
         let topics: Vec<String> = machine.inputs().iter().map(|i| i.topic.clone()).collect();
         let waker = wake::FetchWaker::spawn(&p.consumers, topics.clone())?;
-        Ok(Self {
+        // A lane's consumer is assigned by hand, never by the group.
+        let unjoined = (0..)
+            .zip(machine.inputs())
+            .filter(|(_, i)| i.lane.is_none())
+            .map(|(n, _)| n)
+            .collect();
+        let engine = Self {
             epochs: vec![0; machine.inputs().len()],
             topics,
             waker,
@@ -231,7 +242,39 @@ impl Engine {
             backlog: crate::backlog::Backlog::default(),
             peeker: p.peeker,
             gauges_deferred: false,
-        })
+            unjoined,
+        };
+        engine.report_joining();
+        Ok(engine)
+    }
+
+    /// Notes that `input`'s consumer has had an assignment (empty or not).
+    /// Until every group consumer has, the replica is not ready: its group is
+    /// still forming (a member learns of a rebalance at its next heartbeat,
+    /// so this takes a heartbeat interval or, after a kill, the dead member's
+    /// session timeout), and a replica that said ready before it is in the
+    /// group would let a rollout take the next one down meanwhile.
+    fn joined(&mut self, input: u16) {
+        if self.unjoined.remove(&input) {
+            self.report_joining();
+        }
+    }
+
+    fn report_joining(&self) {
+        let state = if self.unjoined.is_empty() {
+            Ok(())
+        } else {
+            let waiting: Vec<&str> = self
+                .unjoined
+                .iter()
+                .map(|&n| self.machine.inputs()[usize::from(n)].label)
+                .collect();
+            Err(format!(
+                "joining the consumer group: no assignment yet for {}",
+                waiting.join(", ")
+            ))
+        };
+        self.health.set_ready(JOINING, state);
     }
 
     /// Runs until `shutdown`, then drains. Fails only when the transactional
@@ -311,6 +354,7 @@ impl Engine {
                     .collect();
                 self.machine.assign(&parts);
                 self.assign_lanes(&parts);
+                self.joined(input);
             }
             FromKafka::Revoked {
                 input,

@@ -139,6 +139,16 @@ impl Env {
     /// Starts the real binary as a [`Stage`] (ready when this returns), with
     /// JSON logs in `log` so the harness finds its ops address.
     pub async fn spawn_stage(&self, extra: &[&str], log: &std::path::Path) -> Stage {
+        self.spawn_stage_with(extra, log, true).await
+    }
+
+    /// [`spawn_stage`](Self::spawn_stage), waiting for `/readyz` only if `ready`.
+    pub async fn spawn_stage_with(
+        &self,
+        extra: &[&str],
+        log: &std::path::Path,
+        ready: bool,
+    ) -> Stage {
         let mut flags = vec![
             "--log-format",
             "json",
@@ -147,13 +157,12 @@ impl Env {
         ];
         flags.extend_from_slice(extra);
         let args = self.args(&flags);
-        Stage::start_exe(
-            "dispatcher",
-            env!("CARGO_BIN_EXE_hookline-dispatcher").into(),
-            &args[1..],
-            log,
-        )
-        .await
+        let bin = env!("CARGO_BIN_EXE_hookline-dispatcher").into();
+        if ready {
+            Stage::start_exe("dispatcher", bin, &args[1..], log).await
+        } else {
+            Stage::launch_exe("dispatcher", bin, &args[1..], log).await
+        }
         .unwrap()
     }
 
