@@ -94,6 +94,9 @@ impl SinkLoop {
             wanted.push(self.topics.attempts());
         }
         self.consumer
+            .context()
+            .hold_ready_until_assigned(&self.health, "dead-letters");
+        self.consumer
             .subscribe(&wanted)
             .map_err(|e| hookline_runtime::RuntimeError::kafka("subscribing", e))?;
         // Stalled or unassigned shows in `/readyz`; stopped when this

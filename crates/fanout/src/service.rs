@@ -177,6 +177,9 @@ impl FanoutLoop {
     /// Runs until `stop`; the batch in hand when it fires is committed first.
     pub(crate) async fn run(mut self, stop: CancellationToken) -> Result<(), FanoutError> {
         self.consumer
+            .context()
+            .hold_ready_until_assigned(&self.health, "events");
+        self.consumer
             .subscribe(&[self.topics.events()])
             .map_err(|e| kafka_err("subscribing to events", e))?;
         // Stalled or unassigned shows in `/readyz`; stopped when this

@@ -19,7 +19,8 @@ mod rebalance;
 pub mod txn;
 
 pub use rebalance::{
-    assigned_topics, cooperative_rebalance, manual_commit_consumer, partitions, RevokeRecorder,
+    assigned_topics, cooperative_rebalance, joining, manual_commit_consumer, partitions,
+    RevokeRecorder, GROUP_MEMBERSHIP,
 };
 
 /// A client context that logs librdkafka's errors through `tracing`, except

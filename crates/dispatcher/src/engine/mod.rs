@@ -67,9 +67,6 @@ use crate::{
 };
 
 const LOOP: &str = "dispatcher";
-/// Readiness condition held until every group consumer has had its first
-/// assignment (see [`Engine::joined`]).
-const JOINING: &str = "group membership";
 const TICK: Duration = Duration::from_millis(200);
 /// Events handled in one pass of the loop when they are already waiting
 /// ([`Engine::on_waiting_events`]).
@@ -248,12 +245,9 @@ impl Engine {
         Ok(engine)
     }
 
-    /// Notes that `input`'s consumer has had an assignment (empty or not).
-    /// Until every group consumer has, the replica is not ready: its group is
-    /// still forming (a member learns of a rebalance at its next heartbeat,
-    /// so this takes a heartbeat interval or, after a kill, the dead member's
-    /// session timeout), and a replica that said ready before it is in the
-    /// group would let a rollout take the next one down meanwhile.
+    /// Notes that `input`'s consumer has had an assignment (empty or not):
+    /// the replica is ready only once every group consumer has
+    /// ([`kafka::GROUP_MEMBERSHIP`]).
     fn joined(&mut self, input: u16) {
         if self.unjoined.remove(&input) {
             self.report_joining();
@@ -261,20 +255,13 @@ impl Engine {
     }
 
     fn report_joining(&self) {
-        let state = if self.unjoined.is_empty() {
-            Ok(())
-        } else {
-            let waiting: Vec<&str> = self
-                .unjoined
-                .iter()
-                .map(|&n| self.machine.inputs()[usize::from(n)].label)
-                .collect();
-            Err(format!(
-                "joining the consumer group: no assignment yet for {}",
-                waiting.join(", ")
-            ))
-        };
-        self.health.set_ready(JOINING, state);
+        let waiting: Vec<&str> = self
+            .unjoined
+            .iter()
+            .map(|&n| self.machine.inputs()[usize::from(n)].label)
+            .collect();
+        self.health
+            .set_ready(kafka::GROUP_MEMBERSHIP, kafka::joining(&waiting));
     }
 
     /// Runs until `shutdown`, then drains. Fails only when the transactional

@@ -12,7 +12,27 @@ use rdkafka::{
     ClientContext, TopicPartitionList,
 };
 
-use crate::{config::CommonArgs, RuntimeError};
+use crate::{config::CommonArgs, health::Health, RuntimeError};
+
+/// The readiness condition a stage holds until each of its group consumers has
+/// had its first assignment, empty or not. Before it, the replica is not in
+/// its group yet: a group forms over rebalances that its members learn of at
+/// their next heartbeat (after a kill -9, once the dead member's session has
+/// expired), and a replica that said ready before it would let a rollout take
+/// the next one down while the group is still forming.
+pub const GROUP_MEMBERSHIP: &str = "group membership";
+
+/// What [`GROUP_MEMBERSHIP`] says while the named consumers wait.
+pub fn joining(consumers: &[&str]) -> Result<(), String> {
+    if consumers.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "joining the consumer group: no assignment yet for {}",
+            consumers.join(", ")
+        ))
+    }
+}
 
 /// A rebalance of a consumer configured with
 /// [`ASSIGNMENT_STRATEGY`](super::ASSIGNMENT_STRATEGY): the
@@ -104,9 +124,18 @@ pub fn partitions(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
 #[derive(Debug, Default)]
 pub struct RevokeRecorder {
     revoked: Mutex<Vec<(String, i32)>>,
+    /// Where to report [`GROUP_MEMBERSHIP`] at the first assignment.
+    joining: Mutex<Option<Health>>,
 }
 
 impl RevokeRecorder {
+    /// Holds `health` unready on [`GROUP_MEMBERSHIP`] until this consumer's
+    /// first assignment. Call it before subscribing.
+    pub fn hold_ready_until_assigned(&self, health: &Health, consumer: &str) {
+        health.set_ready(GROUP_MEMBERSHIP, joining(&[consumer]));
+        *self.joining.lock().unwrap_or_else(|p| p.into_inner()) = Some(health.clone());
+    }
+
     /// Partitions revoked since the last call.
     pub fn take_revoked(&self) -> Vec<(String, i32)> {
         std::mem::take(&mut *self.revoked.lock().unwrap_or_else(|p| p.into_inner()))
@@ -124,6 +153,14 @@ impl RevokeRecorder {
             }
             Rebalance::Assign(tpl) => {
                 tracing::info!(partitions = ?partitions(tpl), "partitions assigned");
+                let joined = self
+                    .joining
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take();
+                if let Some(health) = joined {
+                    health.set_ready(GROUP_MEMBERSHIP, Ok(()));
+                }
             }
             Rebalance::Error(e) => tracing::warn!(error = %e, "rebalance error"),
         }
@@ -206,6 +243,34 @@ mod tests {
             RDKafkaErrorCode::Fail,
         )));
         assert!(c.take_revoked().is_empty());
+    }
+
+    #[test]
+    fn readiness_is_held_until_the_first_assignment_even_an_empty_one() {
+        let health = Health::new(std::time::Duration::from_secs(30));
+        health.set_ready("stage", Ok(()));
+        let c = RevokeRecorder::default();
+        c.hold_ready_until_assigned(&health, "events");
+        let verdict = health.readiness();
+        assert!(!verdict.ok);
+        assert!(
+            verdict.detail.contains(
+                "group membership: not ready: joining the consumer group: no assignment yet for events"
+            ),
+            "{}",
+            verdict.detail
+        );
+        c.record(&Rebalance::Revoke(&list(&[])));
+        c.record(&Rebalance::Error(KafkaError::Rebalance(
+            RDKafkaErrorCode::Fail,
+        )));
+        assert!(!health.readiness().ok, "only an assignment is a join");
+        c.record(&Rebalance::Assign(&list(&[])));
+        assert!(health.readiness().ok, "{}", health.readiness().detail);
+        // Later rebalances leave it alone.
+        health.set_ready(GROUP_MEMBERSHIP, Err("someone else's".into()));
+        c.record(&Rebalance::Assign(&list(&[("p.events", 0)])));
+        assert!(!health.readiness().ok);
     }
 
     #[test]
