@@ -14,10 +14,11 @@ mod common;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{counter, pairs, Env};
-use hookline_envelope::{delivery_id, encode};
+use hookline_envelope::{delivery_id, encode, Delivery};
 use hookline_testkit::{
     kafka,
     records::{event, subscription},
+    stage::Stage,
 };
 use rdkafka::{
     consumer::{BaseConsumer, Consumer},
@@ -49,6 +50,16 @@ fn expected(ids: &[&str]) -> Vec<(String, String)> {
         .collect();
     v.sort();
     v
+}
+
+/// Waits until fanout has drained `events`, then stops it: the deliveries
+/// written and its last metrics.
+async fn drain_and_stop(env: &Env, fanout: Stage) -> (Vec<Delivery>, String) {
+    env.drained(DRAIN).await;
+    let deliveries = env.deliveries().await;
+    let metrics = fanout.metrics().await.unwrap();
+    fanout.stop().await.unwrap();
+    (deliveries, metrics)
 }
 
 /// The committed offset and metadata of the fanout group on the events
@@ -92,10 +103,7 @@ async fn a_repeat_within_the_window_fans_out_once_and_is_counted() {
 
     let dir = tempfile::tempdir().unwrap();
     let fanout = env.start_binary(&[], &dir.path().join("fanout.log")).await;
-    env.drained(DRAIN).await;
-    let deliveries = env.deliveries().await;
-    let metrics = fanout.metrics().await.unwrap();
-    fanout.stop().await.unwrap();
+    let (deliveries, metrics) = drain_and_stop(&env, fanout).await;
 
     assert_eq!(pairs(&deliveries), expected(&["e1", "e2"]));
     assert_eq!(counter(&metrics, DUPLICATES, r#"payload="same""#), 2.0);
@@ -136,10 +144,7 @@ async fn after_kill_9_the_rebuilt_window_still_fans_out_once() {
     env.publish_at(&event("e2", "acme", "invoice.paid"), t + 30_020)
         .await;
     fanout.restart().await.unwrap();
-    env.drained(DRAIN).await;
-    let deliveries = env.deliveries().await;
-    let metrics = fanout.metrics().await.unwrap();
-    fanout.stop().await.unwrap();
+    let (deliveries, metrics) = drain_and_stop(&env, fanout).await;
 
     assert_eq!(pairs(&deliveries), expected(&["e1", "e2", "e3"]));
     assert_eq!(counter(&metrics, DUPLICATES, r#"payload="same""#), 2.0);
@@ -201,10 +206,7 @@ async fn after_kill_9_every_partition_window_is_rebuilt_from_its_own_records() {
             .await;
     }
     fanout.restart().await.unwrap();
-    env.drained(DRAIN).await;
-    let deliveries = env.deliveries().await;
-    let metrics = fanout.metrics().await.unwrap();
-    fanout.stop().await.unwrap();
+    let (deliveries, metrics) = drain_and_stop(&env, fanout).await;
 
     let mut want: Vec<(String, String)> = tenants
         .iter()
@@ -251,10 +253,7 @@ async fn outside_the_window_an_event_fans_out_again_under_the_same_delivery_ids(
     let fanout = env
         .start_binary(&["--dedup-window", "2s"], &dir.path().join("fanout.log"))
         .await;
-    env.drained(DRAIN).await;
-    let deliveries = env.deliveries().await;
-    let metrics = fanout.metrics().await.unwrap();
-    fanout.stop().await.unwrap();
+    let (deliveries, metrics) = drain_and_stop(&env, fanout).await;
 
     let mut want = expected(&["e1", "e1", "e2"]);
     want.sort();
