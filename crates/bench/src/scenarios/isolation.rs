@@ -26,13 +26,15 @@ use hookline_testkit::{kafka, receiver::Behaviour};
 use super::{pace, waits_ms, warm_up, Context, STALL};
 use crate::{
     params::Params,
-    pipeline::{now_us, Pipeline, Spec},
+    pipeline::{epoch_us, now_us, sent_us, Pipeline, Spec, ATTEMPT_STARTED_HEADER},
     report::Outcome,
     stats::{ms, Summary},
 };
 
 const WHALE_SUBSCRIPTIONS: usize = 8;
 const MAX_IN_FLIGHT: i32 = 4;
+/// How many of the small tenant's slowest waits during the drain are shown.
+const SLOWEST_SHOWN: usize = 5;
 
 pub async fn run(params: &Params, _ctx: &mut Context) -> Outcome {
     let mut out = Outcome::new("isolation");
@@ -194,6 +196,56 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         format!("p50 {p50_ratio:.2} x, p99 {p99_ratio:.2} x (goal: p99 <= 1.2 x)"),
         "small_during_over_alone",
         serde_json::json!({ "p50": p50_ratio, "p99": p99_ratio }),
+    );
+    // Where the slowest waits of the drain fall: seconds after fanout had
+    // committed the whale (early ones wait for the whale's records ahead of
+    // them to be moved to its lane), and when the dispatcher started the POST.
+    let mut slow: Vec<(i64, i64, Option<i64>)> = small
+        .iter()
+        .filter(|r| (200..300).contains(&r.status))
+        .filter_map(|r| Some((r, sent_us(&r.body)?)))
+        .filter(|(_, sent)| *sent > fanned_out_us && *sent <= whale_done_us)
+        .map(|(r, sent)| {
+            (
+                epoch_us(r.received_at) - sent,
+                sent,
+                r.header(ATTEMPT_STARTED_HEADER).parse::<i64>().ok(),
+            )
+        })
+        .collect();
+    slow.sort_unstable_by_key(|(wait, ..)| std::cmp::Reverse(*wait));
+    let slowest: Vec<String> = slow
+        .iter()
+        .take(SLOWEST_SHOWN)
+        .map(|(wait, sent, started)| {
+            format!(
+                "{:.0} ms at t={:.2}s (POST started +{})",
+                *wait as f64 / 1000.0,
+                (sent - fanned_out_us) as f64 / 1e6,
+                started.map_or("?".to_owned(), |s| format!(
+                    "{:.0} ms",
+                    (s - sent) as f64 / 1000.0
+                )),
+            )
+        })
+        .collect();
+    out.figure(
+        "  slowest during drain",
+        if slowest.is_empty() {
+            "none".to_owned()
+        } else {
+            slowest.join(", ")
+        },
+        "small_during_whale_slowest",
+        serde_json::json!(slow
+            .iter()
+            .take(SLOWEST_SHOWN)
+            .map(|(wait, sent, started)| serde_json::json!({
+                "wait_us": wait,
+                "sent_after_fan_out_us": sent - fanned_out_us,
+                "post_started_after_us": started.map(|s| s - sent),
+            }))
+            .collect::<Vec<_>>()),
     );
     out.figure(
         "whale backlog",
