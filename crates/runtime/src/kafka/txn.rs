@@ -261,8 +261,15 @@ impl Transactor {
 /// a p50 of 25 and 27 ms against 24 and 22 ms at 5 (`hookline-bench latency`,
 /// 450 events/s, alternated on one broker, 2026-12-04): the coordinator is
 /// asked more often while it writes the markers, not answered sooner.
-const TRANSACTIONAL_DEFAULTS: &[(&str, &str)] =
-    &[("retry.backoff.ms", "5"), ("retry.backoff.max.ms", "1000")];
+///
+/// `compression.type`: lz4, cheap to compress and to read back; `-X
+/// compression.type=...` chooses another (it used to be set after the
+/// overlay, so such a `-X` was silently ignored).
+const TRANSACTIONAL_DEFAULTS: &[(&str, &str)] = &[
+    ("retry.backoff.ms", "5"),
+    ("retry.backoff.max.ms", "1000"),
+    ("compression.type", "lz4"),
+];
 
 async fn create(common: &CommonArgs, spec: &TxnSpec) -> Result<FutureProducer, RuntimeError> {
     let producer: FutureProducer =
@@ -271,7 +278,6 @@ async fn create(common: &CommonArgs, spec: &TxnSpec) -> Result<FutureProducer, R
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", spec.linger.as_millis().to_string())
-            .set("compression.type", "lz4")
             .set(
                 "transaction.timeout.ms",
                 spec.transaction_timeout.as_millis().to_string(),
