@@ -4,6 +4,10 @@
 //! the rate the `limit` scenario measured at in the same run, else 30% of the
 //! throughput measured in the same run, else 100 events/s.
 //!
+//! When the `throughput` scenario ran before it in the same run, hookline is
+//! then measured a second time at half the throughput it sustained there
+//! (issue 18: p99 at half the peak).
+//!
 //! For hookline it also breaks the wait down by hop, each measured from the
 //! event's production: fanout produced the delivery record (the record's
 //! Kafka timestamp, taken when fanout sends it inside its transaction), the
@@ -165,6 +169,44 @@ pub async fn body(
         hops(out, &requests[before..], &observer.seen());
     }
     drop(requests);
+    let mut tally = tally;
+    let mut sent = sent;
+    // Issue 18's second latency figure: at half the throughput this run
+    // sustained (only when the throughput scenario ran before).
+    if let (Path::Hookline, Some(peak)) = (path, ctx.throughput_events_per_s) {
+        let before = p.receiver.count();
+        let (more, achieved) = pace(
+            p,
+            &mut seq,
+            peak / 2.0,
+            duration,
+            params.payload,
+            |i| format!("t{}", i % n),
+            |_| false,
+        )
+        .await?;
+        tally = p.settle(STALL).await?;
+        sent += more;
+        let at_half = Summary::of(waits_ms(&p.receiver.requests()[before..], |_, _| true));
+        out.figure(
+            "at half the peak p50/p99/p999",
+            format!(
+                "{} / {} / {} (max {}, n={}) at {achieved:.0} events/s ({:.0} deliveries/s), half of the {peak:.0} events/s throughput sustained in this run",
+                ms(at_half.p50_ms),
+                ms(at_half.p99_ms),
+                ms(at_half.p999_ms),
+                ms(at_half.max_ms),
+                at_half.n,
+                achieved * params.fanout as f64,
+            ),
+            "half_peak_end_to_end",
+            serde_json::json!({
+                "summary": at_half,
+                "rate_events_per_s": achieved,
+                "peak_events_per_s": peak,
+            }),
+        );
+    }
     out.figures.insert("events".to_owned(), sent.into());
     out.deliveries = Some(tally);
     Ok(waits)
