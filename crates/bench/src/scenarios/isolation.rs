@@ -21,12 +21,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_testkit::{kafka, receiver::Behaviour};
+use hookline_testkit::{
+    kafka,
+    receiver::{Behaviour, Recorded},
+};
 
-use super::{pace, waits_ms, warm_up, Context, STALL};
+use super::{pace, waits, waits_ms, warm_up, Context, STALL};
 use crate::{
     params::Params,
-    pipeline::{epoch_us, now_us, sent_us, Pipeline, Spec, ATTEMPT_STARTED_HEADER},
+    pipeline::{now_us, Pipeline, Spec, ATTEMPT_STARTED_HEADER},
     report::Outcome,
     stats::{ms, Summary},
 };
@@ -200,32 +203,26 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
     // Where the slowest waits of the drain fall: seconds after fanout had
     // committed the whale (early ones wait for the whale's records ahead of
     // them to be moved to its lane), and when the dispatcher started the POST.
-    let mut slow: Vec<(i64, i64, Option<i64>)> = small
-        .iter()
-        .filter(|r| (200..300).contains(&r.status))
-        .filter_map(|r| Some((r, sent_us(&r.body)?)))
-        .filter(|(_, sent)| *sent > fanned_out_us && *sent <= whale_done_us)
-        .map(|(r, sent)| {
-            (
-                epoch_us(r.received_at) - sent,
-                sent,
-                r.header(ATTEMPT_STARTED_HEADER).parse::<i64>().ok(),
-            )
-        })
-        .collect();
+    let mut slow = waits(&small, |_, sent| {
+        sent > fanned_out_us && sent <= whale_done_us
+    });
     slow.sort_unstable_by_key(|(wait, ..)| std::cmp::Reverse(*wait));
+    slow.truncate(SLOWEST_SHOWN);
+    let started = |r: &Recorded, sent: i64| {
+        r.header(ATTEMPT_STARTED_HEADER)
+            .parse::<i64>()
+            .ok()
+            .map(|s| s - sent)
+    };
     let slowest: Vec<String> = slow
         .iter()
-        .take(SLOWEST_SHOWN)
-        .map(|(wait, sent, started)| {
+        .map(|(wait, sent, r)| {
             format!(
                 "{:.0} ms at t={:.2}s (POST started +{})",
                 *wait as f64 / 1000.0,
                 (sent - fanned_out_us) as f64 / 1e6,
-                started.map_or("?".to_owned(), |s| format!(
-                    "{:.0} ms",
-                    (s - sent) as f64 / 1000.0
-                )),
+                started(r, *sent)
+                    .map_or("?".to_owned(), |s| format!("{:.0} ms", s as f64 / 1000.0)),
             )
         })
         .collect();
@@ -239,11 +236,10 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         "small_during_whale_slowest",
         serde_json::json!(slow
             .iter()
-            .take(SLOWEST_SHOWN)
-            .map(|(wait, sent, started)| serde_json::json!({
+            .map(|(wait, sent, r)| serde_json::json!({
                 "wait_us": wait,
                 "sent_after_fan_out_us": sent - fanned_out_us,
-                "post_started_after_us": started.map(|s| s - sent),
+                "post_started_after_us": started(r, *sent),
             }))
             .collect::<Vec<_>>()),
     );

@@ -108,7 +108,7 @@ pub async fn body(
         "partitions": 3,
     });
     let n = tenants.len() as u64;
-    let (sent, achieved) = pace(
+    let (mut sent, achieved) = pace(
         p,
         &mut seq,
         rate,
@@ -118,7 +118,7 @@ pub async fn body(
         |_| false,
     )
     .await?;
-    let tally = p.settle(STALL).await?;
+    let mut tally = p.settle(STALL).await?;
     let requests = p.receiver.requests();
     let waits = Summary::of(waits_ms(&requests[before..], |_, _| true));
 
@@ -169,8 +169,6 @@ pub async fn body(
         hops(out, &requests[before..], &observer.seen());
     }
     drop(requests);
-    let mut tally = tally;
-    let mut sent = sent;
     // Issue 18's second latency figure: at half the throughput this run
     // sustained (only when the throughput scenario ran before).
     if let (Path::Hookline, Some(peak)) = (path, ctx.throughput_events_per_s) {

@@ -149,15 +149,27 @@ pub async fn pace(
     Ok((sent, sent as f64 / secs.max(1e-9)))
 }
 
-/// Milliseconds from each delivery's production (stamped in its payload) to
-/// its first successful arrival, for the requests `keep` selects.
-pub fn waits_ms(requests: &[Recorded], mut keep: impl FnMut(&Recorded, i64) -> bool) -> Vec<f64> {
+/// Each delivery's first successful arrival among the requests `keep`
+/// selects: its wait in µs from its production (stamped in its payload), when
+/// it was produced (µs since the epoch) and the request.
+pub fn waits(
+    requests: &[Recorded],
+    mut keep: impl FnMut(&Recorded, i64) -> bool,
+) -> Vec<(i64, i64, &Recorded)> {
     let mut seen = std::collections::HashSet::new();
     requests
         .iter()
         .filter(|r| (200..300).contains(&r.status))
         .filter_map(|r| Some((r, sent_us(&r.body)?)))
         .filter(|(r, sent)| keep(r, *sent) && seen.insert(r.header("webhook-id").to_owned()))
-        .map(|(r, sent)| (epoch_us(r.received_at) - sent) as f64 / 1000.0)
+        .map(|(r, sent)| (epoch_us(r.received_at) - sent, sent, r))
+        .collect()
+}
+
+/// [`waits`] in milliseconds.
+pub fn waits_ms(requests: &[Recorded], keep: impl FnMut(&Recorded, i64) -> bool) -> Vec<f64> {
+    waits(requests, keep)
+        .into_iter()
+        .map(|(wait, ..)| wait as f64 / 1000.0)
         .collect()
 }

@@ -126,15 +126,15 @@ impl Transactor {
 
     /// Opens a transaction.
     pub fn begin(&self) -> Result<(), TxnError> {
-        self.take_reports();
+        // Those of a failed transaction before it.
+        self.reports().clear();
         self.producer.begin_transaction().map_err(classify)
     }
 
-    /// The delivery reports awaited so far, leaving none (a poisoned lock
-    /// only means a panic elsewhere while it was held: the list is still whole).
-    fn take_reports(&self) -> Vec<DeliveryFuture> {
-        let mut reports = self.reports.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::take(&mut *reports)
+    /// The open transaction's delivery reports (a poisoned lock only means a
+    /// panic elsewhere while it was held: the list is still whole).
+    fn reports(&self) -> std::sync::MutexGuard<'_, Vec<DeliveryFuture>> {
+        self.reports.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Enqueues one record in the open transaction, waiting while the producer
@@ -179,10 +179,7 @@ impl Transactor {
             }
             match self.producer.send_result(record) {
                 Ok(report) => {
-                    self.reports
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(report);
+                    self.reports().push(report);
                     return Ok(());
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
@@ -208,7 +205,8 @@ impl Transactor {
             })
             .await?;
         }
-        await_reports(&self.producer, self.take_reports(), timeout).await;
+        let reports = std::mem::take(&mut *self.reports());
+        await_reports(&self.producer, reports, timeout).await;
         let producer = self.producer.clone();
         retrying("commit_transaction", timeout, move || {
             producer.commit_transaction(timeout)
@@ -224,7 +222,6 @@ impl Transactor {
         error: &TxnError,
         stop: &CancellationToken,
     ) -> Result<(), RuntimeError> {
-        self.take_reports();
         if matches!(error, TxnError::Abortable(_)) && self.abort().await {
             return Ok(());
         }
@@ -373,7 +370,6 @@ pub fn transactional_id_prefix(group: &str) -> String {
 /// then every millisecond.
 async fn await_reports(producer: &FutureProducer, reports: Vec<DeliveryFuture>, timeout: Duration) {
     const YIELDS: u32 = 64;
-    let deadline = tokio::time::Instant::now() + timeout;
     let all = async {
         for report in reports {
             // The outcome is the commit's to judge; a cancelled report means
@@ -390,7 +386,7 @@ async fn await_reports(producer: &FutureProducer, reports: Vec<DeliveryFuture>, 
             }
         }
     };
-    if tokio::time::timeout_at(deadline, all).await.is_err() {
+    if tokio::time::timeout(timeout, all).await.is_err() {
         tracing::warn!(
             ?timeout,
             "records of the transaction still unacknowledged; the commit flushes them"
