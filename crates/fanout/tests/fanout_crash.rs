@@ -27,8 +27,20 @@ const TYPES: [&str; 4] = [
     "user.deleted",
 ];
 
+/// Small transactions (1,200 for the stream) keep fanout mid-stream for
+/// seconds, so the first look at its committed offset (every 50 ms, each a
+/// group query) finds it part of the way through. At 50 events a
+/// transaction (120 in all) a fanout whose transactions got ~3 ms shorter
+/// finished the whole stream before that first look in 2 of 6 runs.
+const TXN_MAX_EVENTS: &str = "5";
+
 fn spawn(env: &Env) -> Child {
-    let args = env.args(&["--txn-max-events", "50", "--group-session-timeout", "6s"]);
+    let args = env.args(&[
+        "--txn-max-events",
+        TXN_MAX_EVENTS,
+        "--group-session-timeout",
+        "6s",
+    ]);
     Command::new(env!("CARGO_BIN_EXE_hookline-fanout"))
         .args(&args[1..])
         .env("HOOKLINE_LOG", "warn")
