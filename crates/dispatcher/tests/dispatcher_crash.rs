@@ -8,18 +8,18 @@ mod common;
 
 use std::{
     collections::{HashMap, HashSet},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::Duration,
 };
 
 use common::{delivery, Env};
 use hookline_envelope::Delivery;
-use hookline_testkit::receiver::Behaviour;
+use hookline_testkit::{process::KillOnDrop, receiver::Behaviour};
 
 const TENANTS: usize = 3;
 const PER_TENANT: usize = 300;
 
-fn spawn(env: &Env) -> Child {
+fn spawn(env: &Env) -> KillOnDrop {
     let args = env.args(&["--group-session-timeout", "6s"]);
     Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
         .args(&args[1..])
@@ -28,6 +28,7 @@ fn spawn(env: &Env) -> Child {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start hookline-dispatcher")
+        .into()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,8 +58,7 @@ async fn kill_9_mid_load_loses_nothing_and_duplicates_keep_their_webhook_id() {
         "only {} arrived before the kill",
         env.receiver.count()
     );
-    first.kill().unwrap(); // SIGKILL: no drain, no commit
-    first.wait().unwrap();
+    first.kill(); // SIGKILL: no drain, no commit
     let at_kill = env.receiver.count();
     assert!(at_kill < total, "the kill came too late to test anything");
 
@@ -71,8 +71,7 @@ async fn kill_9_mid_load_loses_nothing_and_duplicates_keep_their_webhook_id() {
             expected.iter().all(|id| seen.contains(id))
         })
         .await;
-    second.kill().unwrap();
-    second.wait().unwrap();
+    second.kill();
 
     let requests = env.receiver.requests();
     let seen: HashSet<&str> = requests.iter().map(|q| q.header("webhook-id")).collect();

@@ -13,13 +13,13 @@ mod common;
 
 use std::{
     collections::{BTreeSet, HashMap},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, SystemTime},
 };
 
 use common::{delivery, now_ms, Env};
 use hookline_envelope::Delivery;
-use hookline_testkit::receiver::Behaviour;
+use hookline_testkit::{process::KillOnDrop, receiver::Behaviour};
 
 /// Every dispatcher here: a partition buffer of 50 records (the whale's
 /// backlog below is 20× it), and promotion at 10 records for 500 ms, or at
@@ -46,24 +46,6 @@ const SLOW: Duration = Duration::from_millis(200);
 /// does not grow with the whale's backlog (which would take 40 s to drain).
 const BOUND: Duration = Duration::from_secs(3);
 
-/// A dispatcher process, killed when dropped (a failed assertion must not
-/// leave it running).
-struct Dispatcher(Child);
-
-impl Dispatcher {
-    /// SIGKILL: no drain, no commit.
-    fn kill(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-impl Drop for Dispatcher {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Both processes are one replica restarted, as a container restarted in its
 /// pod is: the same transactional id (in a pod the default is the pod's name
 /// and pid 1), so the restart's `init_transactions` aborts at once whatever
@@ -74,7 +56,7 @@ impl Drop for Dispatcher {
 /// then (KIP-447) — crash recovery, the same with or without a whale, not the
 /// bound this test holds the dispatcher to (the fault suite's
 /// `kill_dispatcher_retrying` covers the new-id restart).
-fn spawn(env: &Env) -> Dispatcher {
+fn spawn(env: &Env) -> KillOnDrop {
     let transactional_id = format!("{}-replica-0", env.group);
     let mut flags = vec![
         "--group-session-timeout",
@@ -84,7 +66,7 @@ fn spawn(env: &Env) -> Dispatcher {
     ];
     flags.extend(LANE_FLAGS);
     let args = env.args(&flags);
-    Dispatcher(
+    KillOnDrop::new(
         Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
             .args(&args[1..])
             .env(

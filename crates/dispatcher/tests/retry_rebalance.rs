@@ -11,18 +11,18 @@ mod common;
 
 use std::{
     collections::HashMap,
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, UNIX_EPOCH},
 };
 
 use common::{delivery, Env};
 use hookline_envelope::Delivery;
-use hookline_testkit::receiver::Behaviour;
+use hookline_testkit::{process::KillOnDrop, receiver::Behaviour};
 
 const TENANTS: usize = 8;
 const PER_TENANT: usize = 25;
 
-fn spawn(env: &Env) -> Child {
+fn spawn(env: &Env) -> KillOnDrop {
     let args = env.args(&["--group-session-timeout", "6s", "--retry-jitter", "500ms"]);
     Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
         .args(&args[1..])
@@ -31,6 +31,7 @@ fn spawn(env: &Env) -> Child {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start hookline-dispatcher")
+        .into()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,8 +69,7 @@ async fn a_killed_replica_leaves_no_partition_paused_and_loses_nothing() {
         env.receiver.requests().iter().all(|r| r.status == 503),
         "a retry arrived before the kill; the tier delay is too short for this test"
     );
-    a.kill().unwrap(); // SIGKILL while its tier partitions are paused until due
-    a.wait().unwrap();
+    a.kill(); // SIGKILL while its tier partitions are paused until due
 
     let delivered = env
         .receiver
@@ -85,8 +85,7 @@ async fn a_killed_replica_leaves_no_partition_paused_and_loses_nothing() {
     // Nothing stays paused: the survivor commits every tier record.
     env.topic_committed_to_end(t1, Duration::from_secs(60))
         .await;
-    b.kill().unwrap();
-    b.wait().unwrap();
+    b.kill();
 
     let requests = env.receiver.requests();
     let mut first_ok: HashMap<&str, i64> = HashMap::new();

@@ -13,20 +13,23 @@ mod common;
 
 use std::{
     collections::{BTreeSet, HashMap},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::Duration,
 };
 
 use common::{delivery, Env};
 use hookline_envelope::{Delivery, Subscription};
-use hookline_testkit::receiver::{Behaviour, Recorded};
+use hookline_testkit::{
+    process::KillOnDrop,
+    receiver::{Behaviour, Recorded},
+};
 
 const EVENTS: usize = 500;
 /// The ladder's first step: a failed head's retry is due this long after it.
 const STEP: Duration = Duration::from_millis(200);
 const LADDER: &[(&str, &str)] = &[("t1", "200ms"), ("t2", "400ms")];
 
-fn spawn(env: &Env, extra: &[&str]) -> Child {
+fn spawn(env: &Env, extra: &[&str]) -> KillOnDrop {
     let mut flags = vec!["--group-session-timeout", "6s", "--retry-jitter", "0s"];
     flags.extend(extra);
     let args = env.args(&flags);
@@ -37,6 +40,7 @@ fn spawn(env: &Env, extra: &[&str]) -> Child {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start hookline-dispatcher")
+        .into()
 }
 
 fn strict(env: &Env, id: &str, path: &str) -> Subscription {
@@ -127,8 +131,7 @@ async fn a_strict_subscription_receives_every_event_in_order_through_503s_and_a_
         "only {} arrived before the kill",
         env.receiver.count()
     );
-    first.kill().unwrap(); // SIGKILL: no drain, no commit
-    first.wait().unwrap();
+    first.kill(); // SIGKILL: no drain, no commit
     let before = env.receiver.requests_to("/strict").len();
     assert!(before < EVENTS, "the kill came too late to test anything");
 
@@ -145,8 +148,7 @@ async fn a_strict_subscription_receives_every_event_in_order_through_503s_and_a_
             ids.iter().all(|id| ok.contains(id))
         })
         .await;
-    second.kill().unwrap();
-    second.wait().unwrap();
+    second.kill();
     let requests = env.receiver.requests_to("/strict");
     assert!(
         complete,
@@ -229,8 +231,7 @@ async fn a_strict_head_past_its_head_wait_is_dead_lettered_and_the_next_goes() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     };
-    running.kill().unwrap();
-    running.wait().unwrap();
+    running.kill();
     assert!(done, "{} requests", env.receiver.count());
     let requests = env.receiver.requests_to("/hw");
     let order: Vec<&str> = requests.iter().map(|q| q.header("webhook-id")).collect();

@@ -58,8 +58,7 @@ async fn kill_9_mid_stream_and_restart_loses_no_row() {
         got.len() >= 300
     })
     .await;
-    first.kill().expect("SIGKILL the sink");
-    first.wait().unwrap();
+    first.kill();
     let produced_at_kill = produced.lock().unwrap().len();
     let archived_at_kill = archived_coords(env.archive_dir()).len();
     assert!(

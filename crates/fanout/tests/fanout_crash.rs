@@ -7,7 +7,7 @@ mod common;
 
 use std::{
     collections::{HashMap, HashSet},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -15,6 +15,7 @@ use common::Env;
 use hookline_envelope::{delivery_id, encode};
 use hookline_testkit::{
     kafka,
+    process::KillOnDrop,
     records::{event, subscription},
 };
 use rdkafka::producer::FutureRecord;
@@ -34,7 +35,7 @@ const TYPES: [&str; 4] = [
 /// finished the whole stream before that first look in 2 of 6 runs.
 const TXN_MAX_EVENTS: &str = "5";
 
-fn spawn(env: &Env) -> Child {
+fn spawn(env: &Env) -> KillOnDrop {
     let args = env.args(&[
         "--txn-max-events",
         TXN_MAX_EVENTS,
@@ -48,6 +49,7 @@ fn spawn(env: &Env) -> Child {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start hookline-fanout")
+        .into()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,14 +125,12 @@ async fn kill_9_mid_stream_neither_loses_nor_duplicates_a_delivery() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    first.kill().expect("SIGKILL fanout");
-    first.wait().unwrap();
+    first.kill();
 
     let mut second = spawn(&env);
     env.drained(Duration::from_secs(120)).await;
     let deliveries = env.deliveries().await;
-    second.kill().unwrap();
-    second.wait().unwrap();
+    second.kill();
 
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for d in &deliveries {

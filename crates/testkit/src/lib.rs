@@ -8,6 +8,7 @@ pub mod hostile;
 pub mod kafka;
 pub mod logs;
 pub mod pipeline;
+pub mod process;
 pub mod receiver;
 pub mod records;
 pub mod scraped;

@@ -6,7 +6,7 @@
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -14,7 +14,7 @@ use apache_avro::{from_value, Reader};
 use clap::Parser;
 use hookline_dlq_sink::row::ArchiveRow;
 use hookline_envelope::{delivery_id, DeadLetter, Delivery, Topics};
-use hookline_testkit::kafka;
+use hookline_testkit::{kafka, process::KillOnDrop};
 use rdkafka::{
     message::OwnedHeaders,
     producer::{FutureProducer, FutureRecord},
@@ -97,12 +97,12 @@ impl Env {
     }
 
     /// Starts the real binary.
-    pub fn spawn(&self, extra: &[&str]) -> Child {
+    pub fn spawn(&self, extra: &[&str]) -> KillOnDrop {
         self.spawn_with_env(extra, &[])
     }
 
     /// Starts the real binary with extra environment variables.
-    pub fn spawn_with_env(&self, extra: &[&str], envs: &[(&str, &str)]) -> Child {
+    pub fn spawn_with_env(&self, extra: &[&str], envs: &[(&str, &str)]) -> KillOnDrop {
         let args = self.args(extra);
         Command::new(env!("CARGO_BIN_EXE_hookline-dlq-sink"))
             .args(&args[1..])
@@ -112,6 +112,7 @@ impl Env {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start hookline-dlq-sink")
+            .into()
     }
 
     /// Runs a subcommand of the real binary to completion: (exit code, stdout, stderr).
