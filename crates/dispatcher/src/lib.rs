@@ -336,6 +336,9 @@ async fn dispatch(
             transaction_timeout: librdkafka::TRANSACTION_TIMEOUT,
             call_timeout: settings.commits.call_timeout,
             linger: librdkafka::PRODUCER_LINGER,
+            // One; fanout's two (`TxnSpec::producers`) were measured for
+            // fanout's commits only.
+            producers: 1,
         },
     )
     .await?;
