@@ -336,8 +336,10 @@ async fn dispatch(
             transaction_timeout: librdkafka::TRANSACTION_TIMEOUT,
             call_timeout: settings.commits.call_timeout,
             linger: librdkafka::PRODUCER_LINGER,
-            // One; fanout's two (`TxnSpec::producers`) were measured for
-            // fanout's commits only.
+            // One: the reason fanout has two (`TxnSpec::producers`) was not
+            // seen here: a debug=eos trace of the isolation bench (996
+            // transactions, the whale's moves back to back) had no
+            // CONCURRENT_TRANSACTIONS answer.
             producers: 1,
         },
     )
