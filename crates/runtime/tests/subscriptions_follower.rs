@@ -8,32 +8,16 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::Duration;
 
 use hookline_envelope::{encode, DomainEvent, Subscription};
-use hookline_runtime::{config::CommonArgs, subscriptions};
+use hookline_runtime::subscriptions;
 use hookline_testkit::kafka;
 use metrics_exporter_prometheus::PrometheusBuilder;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_util::sync::CancellationToken;
-
-fn common() -> CommonArgs {
-    CommonArgs {
-        brokers: kafka::brokers(),
-        topic_prefix: String::new(),
-        kafka_config: Vec::new(),
-        consumer_kafka_config: vec![],
-        producer_kafka_config: vec![],
-        http_addr: Some("127.0.0.1:0".parse().unwrap()),
-        log_format: hookline_runtime::config::LogFormat::Text,
-        log: "info".into(),
-        shutdown_grace: Duration::from_secs(5),
-        group_session_timeout: Duration::from_secs(10),
-        group_instance_id: None,
-        consumer_stall_timeout: Duration::from_secs(30),
-        skip_topic_settings_check: false,
-    }
-}
 
 fn sub(id: &str) -> Subscription {
     Subscription {
@@ -113,7 +97,7 @@ async fn bad_subscription_records_are_counted_by_reason_and_skipped_without_stal
 
     let stop = CancellationToken::new();
     let (subs, task) =
-        subscriptions::follow(&common(), &topic, "fault_test", None, stop.clone()).unwrap();
+        subscriptions::follow(&common::args(), &topic, "fault_test", None, stop.clone()).unwrap();
     let caught_up = tokio::time::timeout(Duration::from_secs(30), subs.wait_caught_up()).await;
     assert_eq!(
         caught_up,

@@ -7,12 +7,11 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::Duration;
 
-use hookline_runtime::{
-    config::CommonArgs,
-    kafka::txn::{Transactor, TxnError, TxnSpec},
-};
+use hookline_runtime::kafka::txn::{Transactor, TxnError, TxnSpec};
 use hookline_testkit::kafka;
 use rdkafka::{
     consumer::{Consumer, StreamConsumer},
@@ -22,24 +21,6 @@ use rdkafka::{
 use tokio_util::sync::CancellationToken;
 
 const RECORDS: usize = 7;
-
-fn common() -> CommonArgs {
-    CommonArgs {
-        brokers: kafka::brokers(),
-        topic_prefix: String::new(),
-        kafka_config: Vec::new(),
-        consumer_kafka_config: vec![],
-        producer_kafka_config: vec![],
-        http_addr: None,
-        log_format: hookline_runtime::config::LogFormat::Text,
-        log: "info".into(),
-        shutdown_grace: Duration::from_secs(5),
-        group_session_timeout: Duration::from_secs(10),
-        group_instance_id: None,
-        consumer_stall_timeout: Duration::from_secs(30),
-        skip_topic_settings_check: false,
-    }
-}
 
 fn spec(transactional_id: &str) -> TxnSpec {
     TxnSpec {
@@ -94,7 +75,7 @@ async fn transactions_take_turns_commit_in_order_and_a_restart_fences_both() {
     }
 
     let id = kafka::unique_name("turns-txn");
-    let mut txn = Transactor::new(&common(), spec(&id)).await.unwrap();
+    let mut txn = Transactor::new(&common::args(), spec(&id)).await.unwrap();
     let stop = CancellationToken::new();
     let mut used = Vec::new();
     for (offset, payload) in &consumed {
@@ -147,7 +128,7 @@ async fn transactions_take_turns_commit_in_order_and_a_restart_fences_both() {
     assert_eq!((committed, high), (RECORDS as i64, RECORDS as i64));
 
     // A restart under the same id fences both of the old instance's turns.
-    let _successor = Transactor::new(&common(), spec(&id)).await.unwrap();
+    let _successor = Transactor::new(&common::args(), spec(&id)).await.unwrap();
     for turn in 0..2 {
         let fenced = async {
             txn.begin()?;
