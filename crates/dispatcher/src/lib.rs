@@ -336,11 +336,6 @@ async fn dispatch(
             transaction_timeout: librdkafka::TRANSACTION_TIMEOUT,
             call_timeout: settings.commits.call_timeout,
             linger: librdkafka::PRODUCER_LINGER,
-            // One: the reason fanout has two (`TxnSpec::producers`) was not
-            // seen here: a debug=eos trace of the isolation bench (996
-            // transactions, the whale's moves back to back) had no
-            // CONCURRENT_TRANSACTIONS answer.
-            producers: 1,
         },
     )
     .await?;

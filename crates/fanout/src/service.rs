@@ -154,11 +154,6 @@ impl FanoutLoop {
                 // then waits for them: lingering only delays the commit (the
                 // dispatcher's transactional producer lingers 1 ms too).
                 linger: Duration::from_millis(1),
-                // Two taking turns: a transaction begun by the producer whose
-                // commit had just returned was often answered
-                // CONCURRENT_TRANSACTIONS and waited 20 ms, and every event
-                // behind it too (see `TxnSpec::producers`).
-                producers: 2,
             },
         )
         .await?;

@@ -3,10 +3,6 @@
 //! `read_committed` reader sees each record exactly once and a crash or a
 //! zombie (fenced by its group generation, KIP-447) never doubles one.
 //!
-//! With [`TxnSpec::producers`] above one, producers under sibling
-//! transactional ids take turns, one transaction each; the transactions
-//! still run one after another.
-//!
 //! The caller keeps its batch in memory: a transaction that fails is aborted
 //! (or the producer re-created, which fences the old one under the same
 //! transactional id) and the batch goes into the next transaction. Timeouts of
@@ -86,34 +82,17 @@ pub struct TxnSpec {
     pub call_timeout: Duration,
     /// `linger.ms`.
     pub linger: Duration,
-    /// Producers that take turns, one transaction each (at least one). With
-    /// one, each transaction begins right after the previous one's commit
-    /// returned, while the coordinator may still be writing that commit's
-    /// markers: it answers `CONCURRENT_TRANSACTIONS`, and librdkafka sends
-    /// `AddPartitionsToTxn` again only 20 ms later (a constant in
-    /// `rdkafka_txnmgr.c`), `AddOffsetsToTxn` after `retry.backoff.ms`. The
-    /// coordinator's state is per transactional id, so a second producer
-    /// begins while the first one's markers are written, and that producer's
-    /// own next turn comes a whole transaction later. The transactions still
-    /// run one after another, so the offsets they commit only move forward.
-    /// Producer `i > 0` is under the transactional id with `#i` appended
-    /// (still under its prefix's ACL).
-    pub producers: usize,
 }
 
 /// One consumer's offsets for a transaction, with its group metadata taken
 /// when the transaction is committed (its current generation).
 pub type GroupOffsets = (TopicPartitionList, ConsumerGroupMetadata);
 
-/// A transactional producer (or a few taking turns, [`TxnSpec::producers`]),
-/// re-created when fenced.
+/// A transactional producer, re-created when fenced.
 pub struct Transactor {
     common: CommonArgs,
     spec: TxnSpec,
-    /// Each with its transactional id ([`transactional_ids`]).
-    producers: Vec<(String, FutureProducer)>,
-    /// The producer of the open (or last) transaction.
-    current: std::sync::atomic::AtomicUsize,
+    producer: FutureProducer,
     /// The delivery reports of the open transaction's records, awaited
     /// before its commit ([`Transactor::commit`]).
     reports: std::sync::Mutex<Vec<DeliveryFuture>>,
@@ -128,45 +107,28 @@ impl std::fmt::Debug for Transactor {
 }
 
 impl Transactor {
-    /// Creates the producers and initialises their transactions (fencing any
+    /// Creates the producer and initialises its transactions (fencing any
     /// earlier producer with the same transactional id).
     pub async fn new(common: &CommonArgs, spec: TxnSpec) -> Result<Self, RuntimeError> {
-        let mut producers = Vec::new();
-        for id in transactional_ids(&spec) {
-            let producer = create(common, &spec, &id).await?;
-            producers.push((id, producer));
-        }
+        let producer = create(common, &spec).await?;
         Ok(Self {
             common: common.clone(),
             spec,
-            producers,
-            current: std::sync::atomic::AtomicUsize::new(0),
+            producer,
             reports: std::sync::Mutex::default(),
         })
     }
 
-    fn current(&self) -> usize {
-        self.current.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// The producer of the open (or last) transaction.
-    fn producer(&self) -> &FutureProducer {
-        &self.producers[self.current()].1
-    }
-
-    /// The transactional id of the open (or last) transaction's producer.
+    /// The transactional id.
     pub fn transactional_id(&self) -> &str {
-        &self.producers[self.current()].0
+        &self.spec.transactional_id
     }
 
-    /// Opens a transaction, on the next producer in turn.
+    /// Opens a transaction.
     pub fn begin(&self) -> Result<(), TxnError> {
         // Those of a failed transaction before it.
         self.reports().clear();
-        let next = (self.current() + 1) % self.producers.len();
-        self.current
-            .store(next, std::sync::atomic::Ordering::Relaxed);
-        self.producer().begin_transaction().map_err(classify)
+        self.producer.begin_transaction().map_err(classify)
     }
 
     /// The open transaction's delivery reports (a poisoned lock only means a
@@ -215,7 +177,7 @@ impl Transactor {
                 }
                 record = record.headers(owned);
             }
-            match self.producer().send_result(record) {
+            match self.producer.send_result(record) {
                 Ok(report) => {
                     self.reports().push(report);
                     return Ok(());
@@ -236,7 +198,7 @@ impl Transactor {
             if offsets[group].0.count() == 0 {
                 continue;
             }
-            let (producer, offsets) = (self.producer().clone(), std::sync::Arc::clone(&offsets));
+            let (producer, offsets) = (self.producer.clone(), std::sync::Arc::clone(&offsets));
             retrying("send_offsets_to_transaction", timeout, move || {
                 let (tpl, metadata) = &offsets[group];
                 producer.send_offsets_to_transaction(tpl, metadata, timeout)
@@ -244,15 +206,15 @@ impl Transactor {
             .await?;
         }
         let reports = std::mem::take(&mut *self.reports());
-        await_reports(self.producer(), reports, timeout).await;
-        let producer = self.producer().clone();
+        await_reports(&self.producer, reports, timeout).await;
+        let producer = self.producer.clone();
         retrying("commit_transaction", timeout, move || {
             producer.commit_transaction(timeout)
         })
         .await
     }
 
-    /// After a failed transaction: aborts it, or re-creates its producer when
+    /// After a failed transaction: aborts it, or re-creates the producer when
     /// it cannot (or the error was fatal). Retries the re-creation while the
     /// broker is unreachable; gives up only when `stop` is cancelled.
     pub async fn recover(
@@ -263,11 +225,10 @@ impl Transactor {
         if matches!(error, TxnError::Abortable(_)) && self.abort().await {
             return Ok(());
         }
-        let current = self.current();
         loop {
-            match create(&self.common, &self.spec, &self.producers[current].0).await {
+            match create(&self.common, &self.spec).await {
                 Ok(producer) => {
-                    self.producers[current].1 = producer;
+                    self.producer = producer;
                     return Ok(());
                 }
                 Err(error) if !stop.is_cancelled() => {
@@ -281,7 +242,7 @@ impl Transactor {
 
     /// Aborts the open transaction; false if the producer could not.
     async fn abort(&self) -> bool {
-        let producer = self.producer().clone();
+        let producer = self.producer.clone();
         let timeout = self.spec.call_timeout;
         match retrying("abort_transaction", timeout, move || {
             producer.abort_transaction(timeout)
@@ -322,28 +283,10 @@ const TRANSACTIONAL_DEFAULTS: &[(&str, &str)] = &[
     ("compression.type", "lz4"),
 ];
 
-/// The transactional id of each of `spec`'s producers ([`TxnSpec::producers`]).
-fn transactional_ids(spec: &TxnSpec) -> Vec<String> {
-    let base = &spec.transactional_id;
-    (0..spec.producers.max(1))
-        .map(|i| {
-            if i == 0 {
-                base.clone()
-            } else {
-                format!("{base}#{i}")
-            }
-        })
-        .collect()
-}
-
-async fn create(
-    common: &CommonArgs,
-    spec: &TxnSpec,
-    transactional_id: &str,
-) -> Result<FutureProducer, RuntimeError> {
+async fn create(common: &CommonArgs, spec: &TxnSpec) -> Result<FutureProducer, RuntimeError> {
     let producer: FutureProducer =
         super::producer_config_with(common, spec.client_id, TRANSACTIONAL_DEFAULTS)?
-            .set("transactional.id", transactional_id)
+            .set("transactional.id", &spec.transactional_id)
             .set("enable.idempotence", "true")
             .set("acks", "all")
             .set("linger.ms", spec.linger.as_millis().to_string())
@@ -366,7 +309,7 @@ async fn create(
         )
     })?
     .map_err(|e| RuntimeError::kafka("initialising transactions", e))?;
-    tracing::info!(transactional_id, "transactional producer ready");
+    tracing::info!(transactional_id = %spec.transactional_id, "transactional producer ready");
     Ok(producer)
 }
 
