@@ -126,7 +126,7 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         longest,
         params.payload,
         |_| "small".into(),
-        |p| p.receiver.requests_to("/whale").len() >= whale_total,
+        |p| p.receiver.count_to("/whale") >= whale_total,
     )
     .await?;
     let tally = p.settle(STALL).await?;
