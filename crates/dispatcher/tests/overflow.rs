@@ -206,6 +206,11 @@ async fn a_whale_20x_the_buffer_moves_to_a_lane_and_the_small_tenant_waits_for_n
     let complete = env
         .receiver
         .wait_until(Duration::from_secs(180), |r| {
+            // Called under the receiver's lock on every arrival: scan only
+            // once there can be enough requests, not O(n) per arrival.
+            if r.len() < all_ids.len() {
+                return false;
+            }
             let ok: BTreeSet<&str> = r
                 .iter()
                 .filter(|q| q.path != "/small" && q.status == 204)
