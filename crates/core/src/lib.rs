@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod breaker;
+pub mod burst;
 pub mod classify;
 pub mod due;
 pub mod egress;
@@ -21,6 +22,7 @@ pub mod watermark;
 
 pub use admission::{Admission, AdmissionWindow, Fingerprint, KeyHash, Observed, PayloadMatch};
 pub use breaker::{Admit, Breaker, BreakerError, BreakerSettings, Signal, Transition};
+pub use burst::{BurstRouter, BurstSettings, Route};
 pub use classify::{
     classify, parse_retry_after, status_class, AttemptResult, Classification, DeadLetterReason,
     FailureKind, Outcome, RejectReason, StatusClass, Verdict, MAX_RETRY_AFTER, OUTCOMES,

@@ -181,30 +181,13 @@ async fn check_lane_partitions(
     topics: &Topics,
     lanes: &[&str],
 ) -> Result<(), DispatcherError> {
-    if lanes.is_empty() {
-        return Ok(());
+    match topic_check::lanes_short_of(common, topics.deliveries(), lanes).await? {
+        None => Ok(()),
+        Some(why) => Err(DispatcherError::Config {
+            flag: "--overflow-lanes / HOOKLINE_OVERFLOW_LANES",
+            why,
+        }),
     }
-    let counts = topic_check::partition_counts(common).await?;
-    let deliveries = counts.get(topics.deliveries()).copied().unwrap_or(0);
-    let short: Vec<String> = lanes
-        .iter()
-        .filter_map(|lane| {
-            let n = counts.get(*lane).copied().unwrap_or(0);
-            (n < deliveries).then(|| format!("{lane} has {n}"))
-        })
-        .collect();
-    if short.is_empty() {
-        return Ok(());
-    }
-    Err(DispatcherError::Config {
-        flag: "--overflow-lanes / HOOKLINE_OVERFLOW_LANES",
-        why: format!(
-            "{} has {deliveries} partitions but {}: an overflow lane needs at least as many \
-             (hookline-fanout topics --execute gives them the same), or set --overflow-lanes 0",
-            topics.deliveries(),
-            short.join(", ")
-        ),
-    })
 }
 
 #[allow(clippy::too_many_arguments)]

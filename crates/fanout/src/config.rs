@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use clap::Args;
+use hookline_core::BurstSettings;
 use hookline_runtime::config::{parse_duration, CommonArgs};
 
 /// Configuration of the fanout service.
@@ -74,9 +75,53 @@ pub struct FanoutArgs {
     #[arg(long, env = "HOOKLINE_DEDUP_MAX_KEYS", default_value_t = 1_000_000,
           value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub dedup_max_keys: u64,
+
+    /// Overflow lanes in use, 0 to 8: must be the dispatcher's
+    /// `--overflow-lanes` (the same variable, so one setting serves both), as
+    /// a tenant's lane is a hash of its id over this many. 0 routes nothing.
+    #[arg(long, env = "HOOKLINE_OVERFLOW_LANES", default_value_t = BurstSettings::DEFAULT.lanes)]
+    pub overflow_lanes: usize,
+
+    /// Deliveries of one tenant within one `--overflow-route-window` at which
+    /// fanout writes the tenant's further unordered deliveries straight to its
+    /// overflow lane instead of `deliveries` (the dispatcher would promote it
+    /// at once, then have to move them); 0 never. Keep it at the dispatcher's
+    /// `--overflow-promote-at-once-records` (half its partition buffer).
+    #[arg(long, env = "HOOKLINE_OVERFLOW_ROUTE_RECORDS", default_value_t = BurstSettings::DEFAULT.route_records)]
+    pub overflow_route_records: usize,
+
+    /// The window `--overflow-route-records` is counted in.
+    #[arg(long, env = "HOOKLINE_OVERFLOW_ROUTE_WINDOW", default_value = "200ms",
+          value_parser = parse_duration)]
+    pub overflow_route_window: Duration,
+
+    /// How long a routed tenant's deliveries per window stay at or below a
+    /// twenty-fifth of `--overflow-route-records` before they go to
+    /// `deliveries` again.
+    #[arg(long, env = "HOOKLINE_OVERFLOW_ROUTE_HOLD", default_value = "30s",
+          value_parser = parse_duration)]
+    pub overflow_route_hold: Duration,
 }
 
 impl FanoutArgs {
+    /// The burst router's settings from the `--overflow-*` flags.
+    pub fn bursts(&self) -> Result<BurstSettings, String> {
+        if self.overflow_lanes > hookline_envelope::OVERFLOW_LANES {
+            return Err(format!(
+                "--overflow-lanes {} is more than the {} lane topics",
+                self.overflow_lanes,
+                hookline_envelope::OVERFLOW_LANES
+            ));
+        }
+        let settings = BurstSettings {
+            lanes: self.overflow_lanes,
+            route_records: self.overflow_route_records,
+            window: self.overflow_route_window,
+            hold: self.overflow_route_hold,
+        };
+        settings.validate().map(|()| settings)
+    }
+
     /// The duplicate-admission window, or `None` when `--dedup-window 0` turned it off.
     pub fn dedup(&self) -> Option<Duration> {
         (!self.dedup_window.is_zero()).then_some(self.dedup_window)

@@ -33,12 +33,19 @@ pub enum FanoutError {
     /// A blocking Kafka call could not be joined.
     #[error("internal task failed: {0}")]
     Join(String),
+    /// A flag has a value that cannot work.
+    #[error("invalid {flag}: {why}")]
+    Config { flag: &'static str, why: String },
 }
 
 /// Runs fan-out until `shutdown` is cancelled: the batch in hand is committed,
 /// then the consumer leaves its group.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), FanoutError> {
     let topics = Topics::with_prefix(&config.common.topic_prefix)?;
+    config.fanout.bursts().map_err(|why| FanoutError::Config {
+        flag: "--overflow-lanes / --overflow-route-window",
+        why,
+    })?;
     let ops = Ops::start(
         config
             .common
@@ -72,13 +79,20 @@ async fn run_stage(
     ops: &Ops,
     shutdown: &CancellationToken,
 ) -> Result<(), FanoutError> {
-    let needed = [
+    let mut needed = vec![
         topics.events(),
         topics.subscriptions(),
         topics.deliveries(),
         topics.strict(),
         topics.quarantine(),
     ];
+    // The lanes a burst may be routed to (`hookline_core::burst`).
+    let lanes: Vec<&str> = if config.fanout.bursts().is_ok_and(|b| b.enabled()) {
+        topics.lanes().take(config.fanout.overflow_lanes).collect()
+    } else {
+        Vec::new()
+    };
+    needed.extend(&lanes);
     if !topic_check::wait_for_topics(
         &config.common,
         &needed,
@@ -90,6 +104,14 @@ async fn run_stage(
     .await?
     {
         return Ok(());
+    }
+    if let Some(why) =
+        topic_check::lanes_short_of(&config.common, topics.deliveries(), &lanes).await?
+    {
+        return Err(FanoutError::Config {
+            flag: "--overflow-lanes / HOOKLINE_OVERFLOW_LANES",
+            why,
+        });
     }
     subscriptions::run_with_table(
         &config.common,

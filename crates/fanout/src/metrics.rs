@@ -14,6 +14,8 @@ pub(crate) struct TxnCounts {
     pub quarantined: Vec<String>,
     /// Duplicates within the admission window: same payload, changed payload.
     pub duplicates: [usize; 2],
+    /// Deliveries written to an overflow lane (of `produced`).
+    pub routed: usize,
 }
 
 impl TxnCounts {
@@ -36,6 +38,24 @@ pub(crate) fn describe() {
         metrics::counter!(m::FANOUT_DEDUP_REBUILDS, label::OUTCOME => outcome).absolute(0);
     }
     metrics::counter!(m::FANOUT_DEDUP_REBUILD_RECORDS).absolute(0);
+    metrics::counter!(m::FANOUT_OVERFLOW_ROUTED).absolute(0);
+    for change in ["routed", "back"] {
+        metrics::counter!(m::FANOUT_OVERFLOW_CHANGES, label::CHANGE => change).absolute(0);
+    }
+    metrics::gauge!(m::FANOUT_OVERFLOW_ROUTING).set(0.0);
+    metrics::gauge!(m::FANOUT_OVERFLOW_WAITING).set(0.0);
+}
+
+/// The burst router's changes and state (`hookline_core::burst`).
+pub(crate) fn routing(routed: bool, routing: usize, waiting: usize) {
+    let change = if routed { "routed" } else { "back" };
+    metrics::counter!(m::FANOUT_OVERFLOW_CHANGES, label::CHANGE => change).increment(1);
+    routing_state(routing, waiting);
+}
+
+pub(crate) fn routing_state(routing: usize, waiting: usize) {
+    metrics::gauge!(m::FANOUT_OVERFLOW_ROUTING).set(routing as f64);
+    metrics::gauge!(m::FANOUT_OVERFLOW_WAITING).set(waiting as f64);
 }
 
 /// Records a committed transaction's counts (never an aborted one's).
@@ -43,6 +63,7 @@ pub(crate) fn committed(counts: &TxnCounts) {
     metrics::counter!(m::FANOUT_EVENTS_CONSUMED).increment(counts.consumed as u64);
     metrics::counter!(m::FANOUT_DELIVERIES_PRODUCED).increment(counts.produced as u64);
     metrics::counter!(m::FANOUT_EVENTS_UNMATCHED).increment(counts.unmatched as u64);
+    metrics::counter!(m::FANOUT_OVERFLOW_ROUTED).increment(counts.routed as u64);
     for reason in &counts.quarantined {
         metrics::counter!(m::FANOUT_EVENTS_QUARANTINED, label::REASON => reason.clone())
             .increment(1);

@@ -26,7 +26,7 @@ use std::{
 use futures::FutureExt;
 use hookline_core::{
     admission::{Admission, PayloadMatch},
-    epoch,
+    epoch, BurstRouter, Change, Route,
 };
 use hookline_envelope::{encode, Topics};
 use hookline_runtime::{
@@ -83,6 +83,8 @@ pub(crate) struct FanoutLoop {
     access: Access,
     /// The topic of the send that failed last (for naming a denial).
     failed_topic: Option<String>,
+    /// Which bursting tenants' deliveries go straight to their lane.
+    router: BurstRouter,
 }
 
 /// Events of one transaction, with the offsets they span per partition.
@@ -161,6 +163,19 @@ impl FanoutLoop {
             .fanout
             .dedup()
             .map(|w| Windows::new(w, config.fanout.dedup_max_keys));
+        let bursts = config.fanout.bursts().map_err(|why| FanoutError::Config {
+            flag: "--overflow-lanes / --overflow-route-window",
+            why,
+        })?;
+        if bursts.enabled() {
+            tracing::info!(
+                lanes = bursts.lanes,
+                route_records = bursts.route_records,
+                window = ?bursts.window,
+                "a tenant's burst goes straight to its overflow lane"
+            );
+        }
+        let router = BurstRouter::new(bursts);
         Ok(Self {
             windows,
             reader: None,
@@ -172,6 +187,7 @@ impl FanoutLoop {
             access: Access::new(health.clone(), STAGE),
             failed_topic: None,
             health,
+            router,
         })
     }
 
@@ -409,7 +425,9 @@ impl FanoutLoop {
         stop: &CancellationToken,
     ) -> Result<Option<Batch>, FanoutError> {
         let started = Instant::now();
-        match self.transact(&mut batch).await {
+        let result = self.transact(&mut batch).await;
+        self.report_routing();
+        match result {
             Ok(counts) => {
                 self.access.granted();
                 fm::transaction("committed", started.elapsed());
@@ -470,7 +488,9 @@ impl FanoutLoop {
     async fn transact(&mut self, batch: &mut Batch) -> Result<fm::TxnCounts, TxnError> {
         self.failed_topic = None;
         self.txn.begin()?;
-        let now_ms = epoch::millis(SystemTime::now());
+        let now = SystemTime::now();
+        let now_ms = epoch::millis(now);
+        self.router.tick(now);
         let mut counts = fm::TxnCounts {
             consumed: batch.messages.len(),
             ..fm::TxnCounts::default()
@@ -496,20 +516,41 @@ impl FanoutLoop {
                     for Routed {
                         delivery: d,
                         strict,
+                        ordered,
                     } in &deliveries
                     {
                         let bytes = encode(d);
-                        let topic = if *strict {
-                            self.topics.strict()
+                        let key = Some(d.tenant_id.as_bytes());
+                        let (topic, route) = if *strict {
+                            (self.topics.strict(), Route::Deliveries)
                         } else {
-                            self.topics.deliveries()
+                            let route = self.router.route(&d.tenant_id, *ordered, now);
+                            (self.topics.deliveries(), route)
                         };
-                        if let Err(e) = self
-                            .txn
-                            .send(topic, Some(d.tenant_id.as_bytes()), &bytes)
-                            .await
-                        {
-                            self.failed_topic = Some(topic.to_owned());
+                        let sent = match route {
+                            Route::Deliveries => self.txn.send(topic, key, &bytes).await,
+                            Route::Locate => self
+                                .txn
+                                .send_located(topic, key, &bytes)
+                                .await
+                                .map(|partition| self.router.located(&d.tenant_id, partition)),
+                            Route::Lane { partition } => {
+                                let lane =
+                                    Topics::lane_of(&d.tenant_id, self.router.settings().lanes);
+                                let lane = self.topics.lanes().nth(lane).unwrap_or(topic);
+                                counts.routed += 1;
+                                let sent = self
+                                    .txn
+                                    .send_to(lane, Some(partition), key, &bytes, &[])
+                                    .await;
+                                if sent.is_err() {
+                                    self.failed_topic = Some(lane.to_owned());
+                                }
+                                sent
+                            }
+                        };
+                        if let Err(e) = sent {
+                            self.failed_topic.get_or_insert_with(|| topic.to_owned());
                             return Err(e);
                         }
                     }
@@ -581,6 +622,33 @@ impl FanoutLoop {
             .ok_or_else(|| TxnError::Abortable(KafkaError::NoMessageReceived))?;
         self.txn.commit(vec![(offsets, group)]).await?;
         Ok(counts)
+    }
+}
+
+impl FanoutLoop {
+    /// Logs and counts the burst router's changes since the last call.
+    fn report_routing(&mut self) {
+        let changes = self.router.take_changes();
+        let (routing, waiting) = (self.router.routed(), self.router.waiting());
+        for change in &changes {
+            match change {
+                Change::Promote(tenant_id) => tracing::info!(
+                    %tenant_id,
+                    lane = Topics::lane_of(tenant_id, self.router.settings().lanes),
+                    routing,
+                    "a tenant's burst: its unordered deliveries now go straight to its overflow lane"
+                ),
+                Change::Demote(tenant_id) => tracing::info!(
+                    %tenant_id,
+                    routing,
+                    "a routed tenant calmed down: its deliveries go to deliveries again"
+                ),
+            }
+            fm::routing(matches!(change, Change::Promote(_)), routing, waiting);
+        }
+        if changes.is_empty() && waiting > 0 {
+            fm::routing_state(routing, waiting);
+        }
     }
 }
 

@@ -127,6 +127,9 @@ pub fn admission_key(event: &DomainEvent) -> (KeyHash, Fingerprint) {
 pub struct Routed {
     pub delivery: Delivery,
     pub strict: bool,
+    /// Its subscription starts one at a time (`max_in_flight` 1, or strict):
+    /// never routed to an overflow lane at fanout (`hookline_core::burst`).
+    pub ordered: bool,
 }
 
 pub fn fan_out(
@@ -166,6 +169,7 @@ pub fn fan_out(
         .iter()
         .map(|sub| Routed {
             strict: sub.record.is_strict(),
+            ordered: sub.record.is_strict() || sub.record.max_in_flight <= 1,
             delivery: Delivery {
                 delivery_id: delivery_id(&event.event_id, &sub.record.subscription_id),
                 event_id: event.event_id.clone(),

@@ -344,3 +344,97 @@ async fn bad_input_is_quarantined_while_good_events_around_it_fan_out() {
         .windows(2)
         .all(|w| w[0].source_offset < w[1].source_offset));
 }
+
+/// A tenant whose deliveries in one window reach `--overflow-route-records`
+/// has its further *unordered* deliveries written straight to its overflow
+/// lane, to the partition its deliveries go to, in the same transactions:
+/// every delivery exactly once across `deliveries` and the lane; its ordered
+/// subscription's and every other tenant's stay in `deliveries`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_goes_straight_to_its_lane_exactly_once_and_ordered_ones_stay() {
+    use hookline_envelope::{decode, Delivery, Topics};
+    use rdkafka::message::Message;
+
+    let env = Env::new("fanout-burst").await;
+    let url = "https://hooks.example/in";
+    env.put(&subscription("whale-a", "whale", &["*"], url))
+        .await;
+    let mut ordered = subscription("whale-o", "whale", &["*"], url);
+    ordered.max_in_flight = 1;
+    env.put(&ordered).await;
+    env.put(&subscription("small-s", "small", &["*"], url))
+        .await;
+    const WHALE: usize = 300;
+    for i in 0..WHALE {
+        env.publish(&event(&format!("w{i}"), "whale", "order.created"))
+            .await;
+        if i % 30 == 0 {
+            env.publish(&event(&format!("s{i}"), "small", "order.created"))
+                .await;
+        }
+    }
+    // A window longer than the test: the count is the whole burst's.
+    let fanout = env.start(&[
+        "--overflow-route-records",
+        "40",
+        "--overflow-route-window",
+        "5m",
+    ]);
+    env.drained(DRAIN).await;
+    let deliveries = env.deliveries().await;
+    let raw = hookline_testkit::kafka::read_to_end(env.topics.deliveries())
+        .await
+        .unwrap();
+    let lane_topic = env
+        .topics
+        .lanes()
+        .nth(Topics::lane_of("whale", 8))
+        .unwrap()
+        .to_owned();
+    let mut lanes = Vec::new();
+    for lane in env.topics.lanes() {
+        let records = hookline_testkit::kafka::read_to_end(lane).await.unwrap();
+        if lane != lane_topic {
+            assert!(records.is_empty(), "{lane} holds {} records", records.len());
+        }
+        lanes.extend(records);
+    }
+    fanout.shutdown().await;
+
+    let whale_partition = raw
+        .iter()
+        .find(|m| m.key() == Some(b"whale".as_slice()))
+        .unwrap()
+        .partition();
+    let in_lane: Vec<Delivery> = lanes
+        .iter()
+        .map(|m| {
+            assert_eq!(m.key(), Some(b"whale".as_slice()), "keyed by tenant");
+            assert_eq!(
+                m.partition(),
+                whale_partition,
+                "the partition of its deliveries"
+            );
+            decode(m.payload().unwrap()).unwrap()
+        })
+        .collect();
+    let count = |ds: &[Delivery], sub: &str| ds.iter().filter(|d| d.subscription_id == sub).count();
+    assert_eq!(count(&deliveries, "whale-o"), WHALE, "ordered ones stay");
+    assert_eq!(count(&deliveries, "small-s"), WHALE / 30);
+    assert_eq!(count(&in_lane, "whale-o") + count(&in_lane, "small-s"), 0);
+    let routed = count(&in_lane, "whale-a");
+    assert!(
+        routed >= WHALE - 40,
+        "only the burst's first deliveries stay in deliveries: {routed} of {WHALE} routed"
+    );
+    let mut ids: Vec<String> = deliveries
+        .iter()
+        .chain(&in_lane)
+        .filter(|d| d.subscription_id == "whale-a")
+        .map(|d| d.event_id.clone())
+        .collect();
+    ids.sort();
+    let mut expected: Vec<String> = (0..WHALE).map(|i| format!("w{i}")).collect();
+    expected.sort();
+    assert_eq!(ids, expected, "each of the burst's deliveries exactly once");
+}

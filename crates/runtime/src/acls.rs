@@ -185,43 +185,53 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
         why,
     };
     match who {
-        Who::Fanout => vec![
-            topic(
-                t.events(),
-                vec![Read, DescribeConfigs],
-                "consumes events; rebuilds the dedup window",
-            ),
-            topic(
-                t.subscriptions(),
-                vec![Read, DescribeConfigs],
-                "follows the subscription table",
-            ),
-            topic(
-                t.deliveries(),
-                vec![Write, DescribeConfigs],
-                "writes deliveries in transactions",
-            ),
-            topic(
-                t.strict(),
-                vec![Write, DescribeConfigs],
-                "writes strictly ordered subscriptions' deliveries in transactions",
-            ),
-            topic(
-                t.quarantine(),
-                vec![Write, DescribeConfigs],
-                "quarantines undecodable events",
-            ),
-            other(
-                Resource::Group(names.fanout_group.clone()),
-                vec![Read],
-                "its consumer group; offsets in transactions",
-            ),
-            other(
-                Resource::TransactionalIdPrefix(names.fanout_transactional_prefix.clone()),
-                vec![Write],
-                "one transactional id per replica",
-            ),
-        ],
+        Who::Fanout => {
+            let mut v = vec![
+                topic(
+                    t.events(),
+                    vec![Read, DescribeConfigs],
+                    "consumes events; rebuilds the dedup window",
+                ),
+                topic(
+                    t.subscriptions(),
+                    vec![Read, DescribeConfigs],
+                    "follows the subscription table",
+                ),
+                topic(
+                    t.deliveries(),
+                    vec![Write, DescribeConfigs],
+                    "writes deliveries in transactions",
+                ),
+                topic(
+                    t.strict(),
+                    vec![Write, DescribeConfigs],
+                    "writes strictly ordered subscriptions' deliveries in transactions",
+                ),
+                topic(
+                    t.quarantine(),
+                    vec![Write, DescribeConfigs],
+                    "quarantines undecodable events",
+                ),
+                other(
+                    Resource::Group(names.fanout_group.clone()),
+                    vec![Read],
+                    "its consumer group; offsets in transactions",
+                ),
+                other(
+                    Resource::TransactionalIdPrefix(names.fanout_transactional_prefix.clone()),
+                    vec![Write],
+                    "one transactional id per replica",
+                ),
+            ];
+            v.extend(t.lanes().map(|lane| {
+                topic(
+                    lane,
+                    vec![Write, DescribeConfigs],
+                    "writes a bursting tenant's deliveries straight to its overflow lane",
+                )
+            }));
+            v
+        }
         Who::Dispatcher => {
             let mut v = vec![
                 topic(

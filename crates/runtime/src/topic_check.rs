@@ -52,6 +52,36 @@ pub async fn partition_counts(
         .collect())
 }
 
+/// A record of partition `p` of `deliveries` goes to partition `p` of its
+/// overflow lane (moved there by the dispatcher, or routed there by fanout),
+/// and is read by whoever owns `p`: why the lanes of `lanes` cannot serve,
+/// when one has fewer partitions than `deliveries`.
+pub async fn lanes_short_of(
+    common: &CommonArgs,
+    deliveries: &str,
+    lanes: &[&str],
+) -> Result<Option<String>, RuntimeError> {
+    if lanes.is_empty() {
+        return Ok(None);
+    }
+    let counts = partition_counts(common).await?;
+    let have = counts.get(deliveries).copied().unwrap_or(0);
+    let short: Vec<String> = lanes
+        .iter()
+        .filter_map(|lane| {
+            let n = counts.get(*lane).copied().unwrap_or(0);
+            (n < have).then(|| format!("{lane} has {n}"))
+        })
+        .collect();
+    Ok((!short.is_empty()).then(|| {
+        format!(
+            "{deliveries} has {have} partitions but {}: an overflow lane needs at least as many \
+             (hookline-fanout topics --execute gives them the same), or set --overflow-lanes 0",
+            short.join(", ")
+        )
+    }))
+}
+
 /// The topics of `wanted` whose settings would lose data, each with the
 /// reason: a compacted tenant-keyed queue keeps one record per tenant, an
 /// uncompacted `subscriptions` forgets subscriptions. The rule lives in

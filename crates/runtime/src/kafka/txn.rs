@@ -190,6 +190,38 @@ impl Transactor {
         }
     }
 
+    /// [`send`](Self::send), then waits for the record's delivery report: the
+    /// partition the partitioner chose (fanout learns where a tenant's
+    /// deliveries go this way, `hookline_core::burst`). Takes one produce
+    /// round trip; a failed delivery fails the transaction as it would at the
+    /// commit.
+    pub async fn send_located(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<i32, TxnError> {
+        loop {
+            let mut record = FutureRecord::<[u8], [u8]>::to(topic).payload(value);
+            if let Some(key) = key {
+                record = record.key(key);
+            }
+            match self.producer.send_result(record) {
+                Ok(report) => {
+                    return match report.await {
+                        Ok(Ok(delivery)) => Ok(delivery.partition),
+                        Ok(Err((e, _))) => Err(classify(e)),
+                        Err(_) => Err(TxnError::Abortable(KafkaError::Canceled)),
+                    };
+                }
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                Err((e, _)) => return Err(classify(e)),
+            }
+        }
+    }
+
     /// Adds each consumer's offsets to the open transaction and commits it.
     pub async fn commit(&self, offsets: Vec<GroupOffsets>) -> Result<(), TxnError> {
         let timeout = self.spec.call_timeout;

@@ -21,6 +21,14 @@ pub const FANOUT_DEDUP_EVICTED_EARLY: &str = "hookline_fanout_dedup_evicted_earl
 pub const FANOUT_DEDUP_REBUILDS: &str = "hookline_fanout_dedup_rebuilds_total";
 /// records read to rebuild admission windows.
 pub const FANOUT_DEDUP_REBUILD_RECORDS: &str = "hookline_fanout_dedup_rebuild_records_total";
+/// deliveries written straight to an overflow lane (a routed burst) and committed.
+pub const FANOUT_OVERFLOW_ROUTED: &str = "hookline_fanout_overflow_routed_total";
+/// tenants whose unordered deliveries fanout writes to their lane now.
+pub const FANOUT_OVERFLOW_ROUTING: &str = "hookline_fanout_overflow_routing";
+/// tenants that qualify for routing but find every lane taken.
+pub const FANOUT_OVERFLOW_WAITING: &str = "hookline_fanout_overflow_waiting";
+/// routing changes by `change` (`routed`, `back`).
+pub const FANOUT_OVERFLOW_CHANGES: &str = "hookline_fanout_overflow_changes_total";
 
 pub(super) fn describe() {
     metrics::describe_counter!(FANOUT_EVENTS_CONSUMED, "Events consumed and committed.");
@@ -46,6 +54,22 @@ pub(super) fn describe() {
     metrics::describe_counter!(
         FANOUT_DEDUP_REBUILD_RECORDS,
         "Records read to rebuild admission windows."
+    );
+    metrics::describe_counter!(
+        FANOUT_OVERFLOW_ROUTED,
+        "Deliveries of a bursting tenant written straight to its overflow lane and committed."
+    );
+    metrics::describe_gauge!(
+        FANOUT_OVERFLOW_ROUTING,
+        "Tenants whose unordered deliveries are written to their overflow lane now."
+    );
+    metrics::describe_gauge!(
+        FANOUT_OVERFLOW_WAITING,
+        "Tenants that qualify for routing to a lane but find every lane taken."
+    );
+    metrics::describe_counter!(
+        FANOUT_OVERFLOW_CHANGES,
+        "Routing changes by change (routed: to its lane, back: to deliveries)."
     );
     metrics::describe_histogram!(
         FANOUT_TRANSACTION_DURATION,
