@@ -355,6 +355,18 @@ def test_dispatcher_and_topics_share_one_ladder(values, rendered):
         assert {e["name"]: e["value"] for e in c["env"]}["HOOKLINE_RETRY_TIERS"] == ladder
 
 
+@pytest.mark.parametrize("values", [v for v in VALUE_FILES if v != "disabled"])
+def test_fanout_and_dispatcher_share_one_lane_count(values, rendered):
+    # A tenant's lane is a hash of its id over the lane count: fanout writes a
+    # burst where the dispatcher reads it only if both count the same lanes.
+    docs = rendered[(values, KUBE_DEFAULT)]
+    lanes = str(values_of(values).get("overflow", {}).get("lanes", 8))
+    assert configmap_env(docs, "fanout")["HOOKLINE_OVERFLOW_LANES"] == lanes
+    assert configmap_env(docs, "dispatcher")["HOOKLINE_OVERFLOW_LANES"] == lanes
+    out = helm_template("--set", "overflow.lanes=9")
+    assert out.returncode != 0 and "lanes" in out.stderr
+
+
 def test_a_ladder_the_dispatcher_would_refuse_fails_rendering():
     def tiers(*pairs):
         args = []

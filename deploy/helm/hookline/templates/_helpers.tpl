@@ -309,6 +309,9 @@ HOOKLINE_CONSUMER_STALL_TIMEOUT: {{ $k.consumerStallTimeout | quote }}
 {{- range $k, $v := include "hookline.groupEnv" $root | fromYaml -}}
 {{- $_ := set $env $k $v -}}
 {{- end -}}
+{{- if or (eq .key "fanout") (eq .key "dispatcher") -}}
+{{- $_ := set $env "HOOKLINE_OVERFLOW_LANES" (include "hookline.str" $root.Values.overflow.lanes) -}}
+{{- end -}}
 {{- if eq .key "fanout" -}}
 {{- $_ := set $env "HOOKLINE_FANOUT_GROUP" $c.groupId -}}
 {{- $_ := set $env "HOOKLINE_DEDUP_WINDOW" (include "hookline.str" $c.dedupWindow) -}}
