@@ -12,6 +12,10 @@
 //! waits are split at the moment fanout has committed the whale's last event:
 //! *during the whale's fan-out* (fanout's throughput decides) and *during the
 //! whale's drain* (the dispatcher's isolation decides; the goal's figure).
+//! Each phase's p99 is also broken down by hop (fanout produced the delivery
+//! record, a `read_committed` reader of `deliveries` had it, the dispatcher
+//! started the POST, the receiver had it; see `latency`), and so is each of
+//! the drain's slowest waits, so a slow wait says where it was spent.
 
 use std::{
     sync::{
@@ -26,7 +30,10 @@ use hookline_testkit::{
     receiver::{Behaviour, Recorded},
 };
 
-use super::{pace, waits, waits_ms, warm_up, Context, STALL};
+use super::{
+    latency::{hop_samples, HopWaits, Observer},
+    pace, waits, waits_ms, warm_up, Context, STALL,
+};
 use crate::{
     params::Params,
     pipeline::{now_us, Pipeline, Spec, ATTEMPT_STARTED_HEADER},
@@ -63,6 +70,7 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
     p.start().await?;
     let mut seq = 0;
     warm_up(p, &mut seq, &["small".to_owned()], params.payload).await?;
+    let observer = Observer::start(p).await?;
 
     // Baseline: the small tenant alone, as long as `BENCH_SECONDS`: its p99
     // is the ratio's denominator, and from 300 samples (half as long) it was
@@ -150,6 +158,8 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
     let during = Summary::of(waits_ms(&small, |_, sent| {
         sent > fanned_out_us && sent <= whale_done_us
     }));
+    let seen = observer.seen();
+    drop(observer);
 
     let ratio = |d: f64, a: f64| if a > 0.0 { d / a } else { f64::NAN };
     let p50_ratio = ratio(during.p50_ms, alone.p50_ms);
@@ -196,6 +206,44 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         "small_during_whale",
         during,
     );
+    let phases = [
+        (
+            "  fan-out p99 by hop",
+            "small_during_whale_fan_out_hops_p99",
+            whale_from,
+            fanned_out_us,
+        ),
+        (
+            "  drain p99 by hop",
+            "small_during_whale_hops_p99",
+            fanned_out_us.saturating_add(1),
+            whale_done_us,
+        ),
+    ];
+    for (label, key, from, to) in phases {
+        let in_phase = small
+            .iter()
+            .filter(|r| crate::pipeline::sent_us(&r.body).is_some_and(|t| t >= from && t <= to));
+        let [produced, readable, started, received] =
+            hop_samples(in_phase, &seen).map(|s| Summary::of(s).p99_ms);
+        out.figure(
+            label,
+            format!(
+                "fanout produced {}, readable {}, POST started {}, received {}",
+                ms(produced),
+                ms(readable),
+                ms(started),
+                ms(received)
+            ),
+            key,
+            serde_json::json!({
+                "fanout_produced_ms": produced,
+                "readable_ms": readable,
+                "post_started_ms": started,
+                "received_ms": received,
+            }),
+        );
+    }
     out.figure(
         "small during drain / alone",
         format!("p50 {p50_ratio:.2} x, p99 {p99_ratio:.2} x (goal: p99 <= 1.2 x)"),
@@ -203,8 +251,9 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         serde_json::json!({ "p50": p50_ratio, "p99": p99_ratio }),
     );
     // Where the slowest waits of the drain fall: seconds after fanout had
-    // committed the whale (early ones wait for the whale's records ahead of
-    // them to be moved to its lane), and when the dispatcher started the POST.
+    // committed the whale (early ones waited for the whale's records ahead of
+    // them to be moved to its lane), and how long after its event was
+    // produced each hop had it.
     let mut slow = waits(&small, |_, sent| {
         sent > fanned_out_us && sent <= whale_done_us
     });
@@ -219,13 +268,25 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
     let slowest: Vec<String> = slow
         .iter()
         .map(|(wait, sent, r)| {
-            format!(
-                "{:.0} ms at t={:.2}s (POST started +{})",
+            let at = format!(
+                "{:.0} ms at t={:.2}s",
                 *wait as f64 / 1000.0,
-                (sent - fanned_out_us) as f64 / 1e6,
-                started(r, *sent)
-                    .map_or("?".to_owned(), |s| format!("{:.0} ms", s as f64 / 1000.0)),
-            )
+                (sent - fanned_out_us) as f64 / 1e6
+            );
+            match HopWaits::of(r, &seen) {
+                Some(h) => format!(
+                    "{at} (fanout produced +{:.0}, readable +{:.0}, POST started +{})",
+                    h.produced_ms,
+                    h.readable_ms,
+                    h.started_ms
+                        .map_or("?".to_owned(), |s| format!("{s:.0} ms")),
+                ),
+                None => format!(
+                    "{at} (POST started +{})",
+                    started(r, *sent)
+                        .map_or("?".to_owned(), |s| format!("{:.0} ms", s as f64 / 1000.0)),
+                ),
+            }
         })
         .collect();
     out.figure(
@@ -242,6 +303,11 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
                 "wait_us": wait,
                 "sent_after_fan_out_us": sent - fanned_out_us,
                 "post_started_after_us": started(r, *sent),
+                "hops_ms": HopWaits::of(r, &seen).map(|h| serde_json::json!({
+                    "fanout_produced": h.produced_ms,
+                    "readable": h.readable_ms,
+                    "post_started": h.started_ms,
+                })),
             }))
             .collect::<Vec<_>>()),
     );

@@ -212,16 +212,17 @@ pub async fn body(
 
 /// What the observer saw of one delivery record, µs since the epoch.
 #[derive(Debug, Clone, Copy)]
-struct Seen {
+pub(super) struct Seen {
     /// The record's timestamp (CreateTime: when fanout sent it).
-    produced_us: i64,
+    pub(super) produced_us: i64,
     /// When the observer was handed it (read_committed).
-    readable_us: i64,
+    pub(super) readable_us: i64,
 }
 
 /// A `read_committed` consumer of `deliveries`, as the dispatcher reads it,
 /// noting when each delivery record was produced and became readable.
-struct Observer {
+/// (`isolation` uses it too, to say where its slowest waits were spent.)
+pub(super) struct Observer {
     seen: Arc<Mutex<HashMap<String, Seen>>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -235,9 +236,9 @@ impl Drop for Observer {
 impl Observer {
     /// Starts reading at the end of `deliveries` (so the warm-up's are
     /// skipped) and returns once assigned.
-    async fn start(p: &Pipeline) -> anyhow::Result<Self> {
+    pub(super) async fn start(p: &Pipeline) -> anyhow::Result<Self> {
         let consumer: StreamConsumer = kafka::client_config()
-            .set("group.id", format!("{}latency-observer", p.topics.prefix()))
+            .set("group.id", format!("{}hop-observer", p.topics.prefix()))
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "latest")
             .set("isolation.level", "read_committed")
@@ -250,7 +251,7 @@ impl Observer {
         while consumer.assignment()?.count() == 0 {
             anyhow::ensure!(
                 tokio::time::Instant::now() < deadline,
-                "the latency observer was never assigned a partition"
+                "the hop observer was never assigned a partition"
             );
             // The assignment arrives through polling.
             let _ =
@@ -285,7 +286,7 @@ impl Observer {
         Ok(Self { seen, task })
     }
 
-    fn seen(&self) -> HashMap<String, Seen> {
+    pub(super) fn seen(&self) -> HashMap<String, Seen> {
         self.seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -293,27 +294,66 @@ impl Observer {
     }
 }
 
-/// The per-hop rows: each point's wait since the event was produced.
-fn hops(out: &mut Outcome, requests: &[Recorded], seen: &HashMap<String, Seen>) {
+/// One delivery's waits (ms since its event was produced) at each hop; the
+/// POST's start is `None` when the request has no such header.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HopWaits {
+    pub(super) produced_ms: f64,
+    pub(super) readable_ms: f64,
+    pub(super) started_ms: Option<f64>,
+    pub(super) received_ms: f64,
+}
+
+impl HopWaits {
+    /// The hops of `r` (a request that carries its event's send time), if the
+    /// observer saw its record.
+    pub(super) fn of(r: &Recorded, seen: &HashMap<String, Seen>) -> Option<Self> {
+        let sent = sent_us(&r.body)?;
+        let s = seen.get(r.header("webhook-id"))?;
+        let since = |t: i64| (t - sent) as f64 / 1000.0;
+        Some(Self {
+            produced_ms: since(s.produced_us),
+            readable_ms: since(s.readable_us),
+            started_ms: r
+                .header(ATTEMPT_STARTED_HEADER)
+                .parse::<i64>()
+                .ok()
+                .map(since),
+            received_ms: since(epoch_us(r.received_at)),
+        })
+    }
+}
+
+/// Per-hop samples of the successful requests (each delivery once): fanout
+/// produced, readable, POST started, received.
+pub(super) fn hop_samples<'a>(
+    requests: impl IntoIterator<Item = &'a Recorded>,
+    seen: &HashMap<String, Seen>,
+) -> [Vec<f64>; 4] {
     let (mut produced, mut readable, mut started, mut received) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut once = std::collections::HashSet::new();
-    for r in requests.iter().filter(|r| (200..300).contains(&r.status)) {
-        let id = r.header("webhook-id");
-        let (Some(sent), Some(s)) = (sent_us(&r.body), seen.get(id)) else {
+    for r in requests
+        .into_iter()
+        .filter(|r| (200..300).contains(&r.status))
+    {
+        let Some(h) = HopWaits::of(r, seen) else {
             continue;
         };
-        if !once.insert(id) {
+        if !once.insert(r.header("webhook-id")) {
             continue;
         }
-        let since = |t: i64| (t - sent) as f64 / 1000.0;
-        produced.push(since(s.produced_us));
-        readable.push(since(s.readable_us));
-        if let Ok(t) = r.header(ATTEMPT_STARTED_HEADER).parse::<i64>() {
-            started.push(since(t));
-        }
-        received.push(since(epoch_us(r.received_at)));
+        produced.push(h.produced_ms);
+        readable.push(h.readable_ms);
+        started.extend(h.started_ms);
+        received.push(h.received_ms);
     }
+    [produced, readable, started, received]
+}
+
+/// The per-hop rows: each point's wait since the event was produced.
+fn hops(out: &mut Outcome, requests: &[Recorded], seen: &HashMap<String, Seen>) {
+    let [produced, readable, started, received] = hop_samples(requests, seen);
     let rows = [
         ("  → fanout produced", "hop_fanout_produced", produced),
         ("  → readable (committed)", "hop_readable", readable),
