@@ -1,7 +1,8 @@
 //! The Kafka side of the engine: one group consumer per input topic
 //! (`deliveries` and each retry tier), all in the dispatcher's one group, each
 //! polled by a dedicated thread that hands its messages and rebalance events,
-//! in order, to the engine over one shared channel. The overflow lanes'
+//! in order, to the engine over its input's inbox (the first-attempt inputs
+//! share one, the tiers and lanes another: `engine/inbox.rs`). The overflow lanes'
 //! consumers are the exception: they never join the group; the engine assigns
 //! them, by hand, the partitions of `deliveries` its group consumer owns
 //! (`engine/lanes.rs`).
@@ -24,7 +25,7 @@
 //! engine drops them at once and confirms (`engine/rebalance.rs`).
 //!
 //! Rewinds (pause-until-due) are carried out here too, between two polls: pause,
-//! seek back, then a [`FromKafka::Rewound`] marker into the same channel. So every
+//! seek back, then a [`FromKafka::Rewound`] marker into the same inbox. So every
 //! message of that partition the engine receives before the marker was fetched
 //! before the seek (stale: drop it), and every one after it was fetched after the
 //! seek (librdkafka's synchronous seek purges what was prefetched). A rewind asked

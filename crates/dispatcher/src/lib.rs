@@ -44,7 +44,6 @@ use rdkafka::{
     consumer::{BaseConsumer, Consumer},
     error::KafkaError,
 };
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use attempt::{HEADER_EVENT_TYPE, USER_AGENT_VALUE};
@@ -254,7 +253,9 @@ async fn dispatch(
         .map(|i| i.label)
         .collect();
     metrics::describe_tiers(&tier_labels);
-    let (events_tx, events_rx) = mpsc::channel(1024);
+    // First-attempt inputs report to one inbox, tiers and lanes to another,
+    // which the engine takes from second (`engine/inbox.rs`).
+    let (events_tx, events_rx) = engine::inbox::inbox();
     let revoke_wait = settings.revoke_wait();
     let kafka_err = |context, source| DispatcherError::Kafka { context, source };
     // One consumer per input topic, all in one group: see `consumer` for why.
@@ -300,7 +301,7 @@ async fn dispatch(
         )
         .create_with_context(consumer::DispatchContext::new(
             index,
-            events_tx.clone(),
+            events_tx.for_input(input.bulk()),
             revoke_wait,
         ))
         .map_err(|e| kafka_err("creating a deliveries consumer", e))?;
@@ -353,8 +354,12 @@ async fn dispatch(
             let (commands_tx, commands_rx) = std::sync::mpsc::channel();
             commands.push(commands_tx);
             pollers.push(
-                consumer::Poller::spawn(Arc::clone(consumer), events_tx.clone(), commands_rx)
-                    .map_err(DispatcherError::Thread)?,
+                consumer::Poller::spawn(
+                    Arc::clone(consumer),
+                    events_tx.for_input(input.bulk()),
+                    commands_rx,
+                )
+                .map_err(DispatcherError::Thread)?,
             );
             continue;
         }
@@ -373,11 +378,15 @@ async fn dispatch(
         let (commands_tx, commands_rx) = std::sync::mpsc::channel();
         commands.push(commands_tx);
         pollers.push(
-            consumer::Poller::spawn(Arc::clone(consumer), events_tx.clone(), commands_rx)
-                .map_err(DispatcherError::Thread)?,
+            consumer::Poller::spawn(
+                Arc::clone(consumer),
+                events_tx.for_input(input.bulk()),
+                commands_rx,
+            )
+            .map_err(DispatcherError::Thread)?,
         );
     }
-    let (peeker, peek_thread) = engine::Peeker::spawn(&config.common, events_tx.downgrade())?;
+    let (peeker, peek_thread) = engine::Peeker::spawn(&config.common, events_tx.bulk.downgrade())?;
     drop(events_tx);
     let engine = engine::Engine::new(
         engine::Parts {

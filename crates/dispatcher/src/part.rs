@@ -30,6 +30,12 @@ impl Input {
         self.lane.is_some()
     }
 
+    /// A retry tier or an overflow lane: its consumer reports to the engine's
+    /// bulk inbox, taken after the first-attempt one (`engine/inbox.rs`).
+    pub(crate) fn bulk(&self) -> bool {
+        self.retry() || self.overflow()
+    }
+
     /// `deliveries` itself: the ready queue records are moved out of.
     pub(crate) fn is_source(&self) -> bool {
         self.tier.is_none() && !self.strict && self.lane.is_none()

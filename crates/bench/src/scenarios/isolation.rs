@@ -12,7 +12,7 @@
 //! waits are split at the moment fanout has committed the whale's last event:
 //! *during the whale's fan-out* (fanout's throughput decides) and *during the
 //! whale's drain* (the dispatcher's isolation decides; the goal's figure).
-//! Each phase's p99 is also broken down by hop (fanout produced the delivery
+//! Each phase's p99 (alone too) is also broken down by hop (fanout produced the delivery
 //! record, a `read_committed` reader of `deliveries` had it, the dispatcher
 //! started the POST, the receiver had it; see `latency`), and so is each of
 //! the drain's slowest waits, so a slow wait says where it was spent.
@@ -207,6 +207,12 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         during,
     );
     let phases = [
+        (
+            "  alone p99 by hop",
+            "small_alone_hops_p99",
+            alone_from,
+            whale_from.saturating_sub(1),
+        ),
         (
             "  fan-out p99 by hop",
             "small_during_whale_fan_out_hops_p99",

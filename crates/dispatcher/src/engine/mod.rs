@@ -8,8 +8,9 @@
 //!   committed only from the watermark (`offsets.rs`), in a transaction with
 //!   the follow-ups (retries, dead letters, quarantined records) of the
 //!   records below it (`commit.rs`);
-//! - one loop: every decision is made on this task, in the order events arrive;
-//!   the pollers only fetch and carry out rewinds (`consumer.rs`);
+//! - one loop: every decision is made on this task, in the order events are
+//!   taken from its two inboxes (first attempts first, `inbox.rs`); the
+//!   pollers only fetch and carry out rewinds (`consumer.rs`);
 //! - revoke and shutdown: queued records are dropped (not attempted), in-flight
 //!   attempts get the request timeout to finish, then what is pending is
 //!   committed; whatever did not finish stays unfinished and is re-attempted
@@ -23,6 +24,7 @@ mod commit;
 mod commit_tests;
 mod disable;
 mod gauges;
+pub(crate) mod inbox;
 mod lanes;
 mod peek;
 mod rebalance;
@@ -47,10 +49,7 @@ use rdkafka::{
     message::{Message, OwnedMessage},
     TopicPartitionList,
 };
-use tokio::{
-    sync::mpsc,
-    task::{AbortHandle, Id, JoinError, JoinSet},
-};
+use tokio::task::{AbortHandle, Id, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) use crate::part::Input;
@@ -131,7 +130,7 @@ pub(crate) struct Engine {
     consumers: Consumers,
     /// The inputs' topics, indexed like the inputs.
     topics: Vec<String>,
-    events: mpsc::Receiver<FromKafka>,
+    events: inbox::Inbox,
     subs: Subscriptions,
     disabling: Disabling,
     ctx: Arc<AttemptContext>,
@@ -178,7 +177,7 @@ impl std::fmt::Debug for Engine {
 pub(crate) struct Parts {
     pub inputs: Vec<Input>,
     pub consumers: Consumers,
-    pub events: mpsc::Receiver<FromKafka>,
+    pub events: inbox::Inbox,
     pub subs: Subscriptions,
     pub ctx: Arc<AttemptContext>,
     pub health: Health,
@@ -319,7 +318,7 @@ impl Engine {
     /// Nothing waits for it: an idle channel ends the batch at once.
     async fn on_waiting_events(&mut self) {
         for _ in 1..EVENT_BATCH {
-            let Ok(event) = self.events.try_recv() else {
+            let Some(event) = self.events.try_recv() else {
                 return;
             };
             self.on_event(event).await;

@@ -5,7 +5,7 @@
 //! group consumers), and unassigns. Asked at most once per gauge refresh, one
 //! ask at a time, each bounded by [`PEEK_WAIT`] per topic and by a small fetch
 //! size, so its cost is a fetch per held partition whose position moved. The
-//! answers come back on the engine's channel as [`FromKafka::Peeked`].
+//! answers come back in the engine's bulk inbox as [`FromKafka::Peeked`].
 
 use std::{
     collections::BTreeMap,
