@@ -301,7 +301,7 @@ async fn dispatch(
         )
         .create_with_context(consumer::DispatchContext::new(
             index,
-            events_tx.for_input(input.bulk()),
+            events_tx.for_input(input),
             revoke_wait,
         ))
         .map_err(|e| kafka_err("creating a deliveries consumer", e))?;
@@ -356,7 +356,7 @@ async fn dispatch(
             pollers.push(
                 consumer::Poller::spawn(
                     Arc::clone(consumer),
-                    events_tx.for_input(input.bulk()),
+                    events_tx.for_input(input),
                     commands_rx,
                 )
                 .map_err(DispatcherError::Thread)?,
@@ -380,7 +380,7 @@ async fn dispatch(
         pollers.push(
             consumer::Poller::spawn(
                 Arc::clone(consumer),
-                events_tx.for_input(input.bulk()),
+                events_tx.for_input(input),
                 commands_rx,
             )
             .map_err(DispatcherError::Thread)?,

@@ -12,10 +12,11 @@
 //! waits are split at the moment fanout has committed the whale's last event:
 //! *during the whale's fan-out* (fanout's throughput decides) and *during the
 //! whale's drain* (the dispatcher's isolation decides; the goal's figure).
-//! Each phase's p99 (alone too) is also broken down by hop (fanout produced the delivery
-//! record, a `read_committed` reader of `deliveries` had it, the dispatcher
-//! started the POST, the receiver had it; see `latency`), and so is each of
-//! the drain's slowest waits, so a slow wait says where it was spent.
+//! Each phase's p99 (alone too) is also broken down by hop (fanout produced
+//! the delivery record, a `read_committed` reader of `deliveries` had it, the
+//! dispatcher started the POST, the receiver had it; see `latency`), and so
+//! is each of the drain's slowest waits, so a slow wait says where it was
+//! spent.
 
 use std::{
     sync::{

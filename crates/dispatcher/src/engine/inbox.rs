@@ -20,14 +20,14 @@
 
 use tokio::sync::mpsc::{self, error::TryRecvError};
 
-use crate::consumer::FromKafka;
+use crate::{consumer::FromKafka, part::Input};
 
 /// When both inboxes hold events, one in this many comes from the bulk one.
 pub(super) const BULK_EVERY: u32 = 8;
 
 /// Capacity of each inbox: a poller whose inbox is full waits (it has
 /// fetched further than the engine takes in).
-pub(crate) const INBOX_CAPACITY: usize = 1024;
+const INBOX_CAPACITY: usize = 1024;
 
 pub(crate) struct Inbox<T = FromKafka> {
     first: mpsc::Receiver<T>,
@@ -46,9 +46,9 @@ pub(crate) struct Senders<T = FromKafka> {
 
 impl<T> Senders<T> {
     /// The sender for an input: first-attempt inputs report to one inbox,
-    /// tiers and lanes to the other.
-    pub(crate) fn for_input(&self, bulk: bool) -> mpsc::Sender<T> {
-        if bulk {
+    /// tiers and lanes to the other ([`Input::bulk`]).
+    pub(crate) fn for_input(&self, input: &Input) -> mpsc::Sender<T> {
+        if input.bulk() {
             self.bulk.clone()
         } else {
             self.first.clone()
