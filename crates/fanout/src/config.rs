@@ -51,6 +51,18 @@ pub struct FanoutArgs {
           value_parser = parse_duration)]
     pub txn_max_interval: Duration,
 
+    /// Least time from one transaction's commit to the next one's start
+    /// (`0ms` turns it off). Events that arrive meanwhile join the batch.
+    /// The transaction coordinator answers a transaction that starts while it
+    /// still writes the previous commit's markers with
+    /// CONCURRENT_TRANSACTIONS, and librdkafka then retries the partitions'
+    /// registration only after a fixed 20 ms: a short gap costs less (the
+    /// markers take 1–2 ms on a local broker; the timer rounds the gap up to
+    /// the next millisecond).
+    #[arg(long, env = "HOOKLINE_FANOUT_TXN_GAP", default_value = "1ms",
+          value_parser = parse_duration)]
+    pub txn_gap: Duration,
+
     /// Largest event payload fanned out; larger events are quarantined. Keep it
     /// below the `deliveries` topic's max.message.bytes.
     #[arg(long, env = "HOOKLINE_FANOUT_MAX_PAYLOAD_BYTES", default_value_t = 768 * 1024)]

@@ -85,6 +85,9 @@ pub(crate) struct FanoutLoop {
     failed_topic: Option<String>,
     /// Which bursting tenants' deliveries go straight to their lane.
     router: BurstRouter,
+    /// When the last transaction committed: the next one starts no earlier
+    /// than `--txn-gap` after it (see `collect`).
+    committed_at: Option<tokio::time::Instant>,
 }
 
 /// Events of one transaction, with the offsets they span per partition.
@@ -188,6 +191,7 @@ impl FanoutLoop {
             failed_topic: None,
             health,
             router,
+            committed_at: None,
         })
     }
 
@@ -236,6 +240,10 @@ impl FanoutLoop {
     /// one at the latest. So a batch is one event when events trickle in and
     /// grows with the load (everything that arrived while the previous
     /// transaction committed); the interval bounds it, it is not a wait.
+    /// Nor does it end before `--txn-gap` has passed since the previous
+    /// commit: a transaction begun while the coordinator still writes that
+    /// commit's markers waits 20 ms in librdkafka (CONCURRENT_TRANSACTIONS),
+    /// so what arrives within the gap joins this batch instead.
     async fn collect(&mut self, stop: &CancellationToken, mut batch: Batch) -> Batch {
         let max = self.config.fanout.txn_max_events as usize;
         let max_bytes = self.config.fanout.txn_max_bytes;
@@ -248,6 +256,7 @@ impl FanoutLoop {
         // may hand out a non-message event (a commit or rebalance callback)
         // instead, so one empty poll does not yet mean nothing is ready.
         let mut empty_polls = 0;
+        let gap_ends = self.committed_at.map(|at| at + self.config.fanout.txn_gap);
         while batch.messages.len() < max && batch.bytes < max_bytes {
             let ready_only = match deadline {
                 Some(d) if tokio::time::Instant::now() < d => true,
@@ -262,7 +271,21 @@ impl FanoutLoop {
                 // `timeout` of zero polls it once too, but then waits for
                 // the timer driver's next millisecond tick, ~1.1 ms: twice
                 // per batch, every transaction started 2 ms late.)
-                consumer.recv().now_or_never()
+                match consumer.recv().now_or_never() {
+                    // All that is ready is in; within the gap since the last
+                    // commit, wait for more (bounded by the interval too).
+                    None if empty_polls >= READY_POLLS => {
+                        match gap_ends.filter(|&g| tokio::time::Instant::now() < g) {
+                            Some(g) => tokio::select! {
+                                _ = stop.cancelled() => None,
+                                _ = tokio::time::sleep_until(deadline.map_or(g, |d| d.min(g))) => None,
+                                r = consumer.recv() => Some(r),
+                            },
+                            None => None,
+                        }
+                    }
+                    polled => polled,
+                }
             } else {
                 tokio::select! {
                     _ = stop.cancelled() => break,
@@ -430,6 +453,7 @@ impl FanoutLoop {
         match result {
             Ok(counts) => {
                 self.access.granted();
+                self.committed_at = Some(tokio::time::Instant::now());
                 fm::transaction("committed", started.elapsed());
                 fm::committed(&counts);
                 return Ok(None);
