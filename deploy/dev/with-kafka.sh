@@ -10,9 +10,19 @@
 # secured tests fail rather than skip when that environment is missing. A
 # broker given in HOOKLINE_TEST_BROKERS must come with its HOOKLINE_TEST_SASL_*
 # and HOOKLINE_TEST_MTLS_* variables, unless it is the one kafka.sh runs.
+# For the broker kafka.sh runs it exports HOOKLINE_KAFKA_GC_LOG (`kafka.sh
+# gc-log`), which hookline-bench reads.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 export HOOKLINE_TEST_SECURE_REQUIRED=1
+
+# The broker's GC log, for hookline-bench (HOOKLINE_KAFKA_GC_LOG).
+gc_log() {
+  local path
+  if [ -z "${HOOKLINE_KAFKA_GC_LOG:-}" ] && path="$(bash "$here/kafka.sh" gc-log 2>/dev/null)"; then
+    export HOOKLINE_KAFKA_GC_LOG="$path"
+  fi
+}
 
 secure_env() {
   local env
@@ -31,6 +41,7 @@ if [ -n "${HOOKLINE_TEST_BROKERS:-}" ]; then
   if [ -z "${HOOKLINE_TEST_SASL_BROKERS:-}" ] && \
      [ "$(bash "$here/kafka.sh" bootstrap 2>/dev/null || true)" = "$HOOKLINE_TEST_BROKERS" ]; then
     secure_env
+    gc_log
   fi
   exec "$@"
 fi
@@ -49,4 +60,5 @@ trap cleanup EXIT
 echo "with-kafka: real Kafka broker at $bootstrap" >&2
 export HOOKLINE_TEST_BROKERS="$bootstrap"
 secure_env
+gc_log
 "$@"

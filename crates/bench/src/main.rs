@@ -8,6 +8,7 @@
 //! environment variables (see `params.rs` and the README's Benchmarks section).
 
 mod bare;
+mod broker_gc;
 mod params;
 mod report;
 mod scenarios;
@@ -67,10 +68,18 @@ async fn main() -> anyhow::Result<()> {
         names.join(", "),
         run.params.seconds
     );
+    let gc_log = broker_gc::Log::from_env();
+    if gc_log.is_none() {
+        eprintln!(
+            "hookline-bench: {} is not set, so the broker's GC pauses are not shown (make bench sets it)",
+            broker_gc::ENV
+        );
+    }
     let mut ctx = Context::default();
     for name in &names {
         eprintln!("hookline-bench: running {name} ...");
         let started = std::time::Instant::now();
+        let from_us = chrono::Utc::now().timestamp_micros();
         let scenario = async {
             match name.as_str() {
                 "limit" => Ok(scenarios::limit::run(&run.params, &mut ctx).await),
@@ -83,10 +92,31 @@ async fn main() -> anyhow::Result<()> {
             }
         };
         // On Ctrl-C the scenario is dropped, and with it its stages (killed on drop).
-        let outcome = tokio::select! {
+        let mut outcome = tokio::select! {
             outcome = scenario => outcome?,
             _ = tokio::signal::ctrl_c() => anyhow::bail!("interrupted during {name}; its stages were killed"),
         };
+        if let Some(log) = &gc_log {
+            let to_us = chrono::Utc::now().timestamp_micros();
+            let window_s = (to_us - from_us) as f64 / 1e6;
+            match log.pauses(from_us, to_us) {
+                Ok(pauses) => {
+                    let pauses = broker_gc::Pauses::of(&pauses, window_s);
+                    outcome.figure(
+                        "broker GC pauses",
+                        pauses.text(),
+                        "broker_gc_pauses",
+                        pauses,
+                    );
+                }
+                Err(e) => outcome.figure(
+                    "broker GC pauses",
+                    format!("not read: {e:#}"),
+                    "broker_gc_pauses",
+                    serde_json::Value::Null,
+                ),
+            }
+        }
         match &outcome.error {
             None => eprintln!(
                 "hookline-bench: {name} done in {:.0} s",

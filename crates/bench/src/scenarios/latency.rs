@@ -28,8 +28,11 @@ use rdkafka::{
     Message, Timestamp,
 };
 
-use super::{pace, start, waits_ms, warm_up, Context, Path, STALL};
+use serde_json::Value;
+
+use super::{pace, start, waits, waits_ms, warm_up, Context, Path, STALL};
 use crate::{
+    broker_gc,
     params::Params,
     pipeline::{epoch_us, now_us, sent_us, Pipeline, Spec, ATTEMPT_STARTED_HEADER},
     report::Outcome,
@@ -165,9 +168,10 @@ pub async fn body(
             limit,
         );
     }
-    if let Some(observer) = observer {
-        hops(out, &requests[before..], &observer.seen());
+    if let Some(observer) = &observer {
+        hops(out, "", &requests[before..], &observer.seen());
     }
+    spanning_gc(out, "", &requests[before..]);
     drop(requests);
     // Issue 18's second latency figure: at half the throughput this run
     // sustained (only when the throughput scenario ran before).
@@ -204,6 +208,11 @@ pub async fn body(
                 "peak_events_per_s": peak,
             }),
         );
+        let requests = p.receiver.requests();
+        if let Some(observer) = &observer {
+            hops(out, "half_peak_", &requests[before..], &observer.seen());
+        }
+        spanning_gc(out, "half_peak_", &requests[before..]);
     }
     out.figures.insert("events".to_owned(), sent.into());
     out.deliveries = Some(tally);
@@ -352,20 +361,72 @@ pub(super) fn hop_samples<'a>(
 }
 
 /// The per-hop rows: each point's wait since the event was produced.
-fn hops(out: &mut Outcome, requests: &[Recorded], seen: &HashMap<String, Seen>) {
+/// How many of the waits of `requests` spanned one of the broker's GC pauses
+/// (`broker_gc`): of all, and of the slowest 1%, whose shortest is the p99.
+/// Nothing when the GC log is not known.
+fn spanning_gc(out: &mut Outcome, key_prefix: &str, requests: &[Recorded]) {
+    let Some(log) = broker_gc::Log::from_env() else {
+        return;
+    };
+    let label = "  waits spanning a broker GC pause";
+    let key = format!("{key_prefix}spanning_broker_gc");
+    let mut spans: Vec<(i64, i64)> = waits(requests, |_, _| true)
+        .into_iter()
+        .map(|(wait, sent, _)| (sent, sent + wait))
+        .collect();
+    let (Some(from), Some(to)) = (
+        spans.iter().map(|s| s.0).min(),
+        spans.iter().map(|s| s.1).max(),
+    ) else {
+        return;
+    };
+    let pauses = match log.pauses(from, to) {
+        Ok(p) => p,
+        Err(e) => {
+            out.figure(label, format!("not read: {e:#}"), &key, Value::Null);
+            return;
+        }
+    };
+    spans.sort_by_key(|(start, end)| std::cmp::Reverse(end - start));
+    let slowest = spans.len().div_ceil(100);
+    let all = broker_gc::spanning(spans.iter().copied(), &pauses);
+    let tail = broker_gc::spanning(spans[..slowest].iter().copied(), &pauses);
+    let share = |k: usize, n: usize| 100.0 * k as f64 / n as f64;
+    out.figure(
+        label,
+        format!(
+            "{:.1}% of all, {:.0}% of the slowest 1% ({tail} of {slowest}); pauses: {}",
+            share(all, spans.len()),
+            share(tail, slowest),
+            broker_gc::Pauses::of(&pauses, (to - from) as f64 / 1e6).text(),
+        ),
+        &key,
+        serde_json::json!({
+            "waits": spans.len(),
+            "spanning": all,
+            "slowest_1pct": slowest,
+            "slowest_1pct_spanning": tail,
+            "pauses": broker_gc::Pauses::of(&pauses, (to - from) as f64 / 1e6),
+        }),
+    );
+}
+
+/// Adds the per-hop figures of `requests`; `key_prefix` tells the figures of
+/// the run at half the peak (`"half_peak_"`) from the first run's (`""`).
+fn hops(out: &mut Outcome, key_prefix: &str, requests: &[Recorded], seen: &HashMap<String, Seen>) {
     let [produced, readable, started, received] = hop_samples(requests, seen);
     let rows = [
-        ("  → fanout produced", "hop_fanout_produced", produced),
-        ("  → readable (committed)", "hop_readable", readable),
-        ("  → dispatcher POST started", "hop_post_started", started),
-        ("  → received", "hop_received", received),
+        ("→ fanout produced", "hop_fanout_produced", produced),
+        ("→ readable (committed)", "hop_readable", readable),
+        ("→ dispatcher POST started", "hop_post_started", started),
+        ("→ received", "hop_received", received),
     ];
     for (label, key, samples) in rows {
         let s = Summary::of(samples);
         out.figure(
-            format!("{label} p50/p99"),
+            format!("  {label} p50/p99"),
             format!("{} / {} (n={})", ms(s.p50_ms), ms(s.p99_ms), s.n),
-            key,
+            &format!("{key_prefix}{key}"),
             s,
         );
     }
