@@ -138,25 +138,42 @@ impl Pauses {
     }
 }
 
-/// How many of `waits` (each `(start_us, end_us)`) span some part of a pause;
-/// `pauses` in order of their start.
-pub fn spanning(waits: impl IntoIterator<Item = (i64, i64)>, pauses: &[Pause]) -> usize {
-    // The longest pause bounds how far back a pause overlapping a wait can start.
-    let longest = pauses
-        .iter()
-        .map(|p| p.end_us - p.start_us)
-        .max()
-        .unwrap_or(0);
-    waits
-        .into_iter()
-        .filter(|&(start, end)| {
-            let from = pauses.partition_point(|p| p.start_us < start - longest);
-            pauses[from..]
-                .iter()
-                .take_while(|p| p.start_us <= end)
-                .any(|p| p.end_us >= start)
-        })
-        .count()
+/// The pauses of a window, to ask which waits spanned one.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    /// In order of their start.
+    pauses: Vec<Pause>,
+    /// The longest pause, which bounds how far back a pause overlapping a
+    /// wait can start.
+    longest_us: i64,
+}
+
+impl Timeline {
+    pub fn new(mut pauses: Vec<Pause>) -> Self {
+        pauses.sort_by_key(|p| p.start_us);
+        let longest_us = pauses
+            .iter()
+            .map(|p| p.end_us - p.start_us)
+            .max()
+            .unwrap_or(0);
+        Self { pauses, longest_us }
+    }
+
+    pub fn pauses(&self) -> &[Pause] {
+        &self.pauses
+    }
+
+    /// Whether the wait from `start_us` to `end_us` overlapped some part of a
+    /// pause.
+    pub fn spans(&self, start_us: i64, end_us: i64) -> bool {
+        let from = self
+            .pauses
+            .partition_point(|p| p.start_us < start_us - self.longest_us);
+        self.pauses[from..]
+            .iter()
+            .take_while(|p| p.start_us <= end_us)
+            .any(|p| p.end_us >= start_us)
+    }
 }
 
 #[cfg(test)]
@@ -205,8 +222,13 @@ mod tests {
     }
 
     #[test]
-    fn counts_the_waits_that_span_a_pause() {
+    fn tells_the_waits_that_span_a_pause() {
+        // Out of order: the timeline sorts them.
         let pauses = [
+            Pause {
+                start_us: 30_000,
+                end_us: 30_100,
+            },
             Pause {
                 start_us: 1_000,
                 end_us: 1_500,
@@ -214,10 +236,6 @@ mod tests {
             Pause {
                 start_us: 10_000,
                 end_us: 20_000,
-            },
-            Pause {
-                start_us: 30_000,
-                end_us: 30_100,
             },
         ];
         let waits = [
@@ -230,8 +248,17 @@ mod tests {
             (20_001, 40_000),   // spans the short one after the long one
             (100_000, 200_000), // after all
         ];
-        assert_eq!(spanning(waits, &pauses), 4);
-        assert_eq!(spanning(waits, &[]), 0);
+        let timeline = Timeline::new(pauses.to_vec());
+        let spanned: Vec<_> = waits
+            .iter()
+            .map(|&(start, end)| timeline.spans(start, end))
+            .collect();
+        assert_eq!(
+            spanned,
+            [false, true, true, false, true, false, true, false]
+        );
+        let none = Timeline::new(Vec::new());
+        assert!(waits.iter().all(|&(start, end)| !none.spans(start, end)));
     }
 
     #[test]

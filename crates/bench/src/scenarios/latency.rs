@@ -362,7 +362,8 @@ pub(super) fn hop_samples<'a>(
 
 /// The per-hop rows: each point's wait since the event was produced.
 /// How many of the waits of `requests` spanned one of the broker's GC pauses
-/// (`broker_gc`): of all, and of the slowest 1%, whose shortest is the p99.
+/// (`broker_gc`): of all, and of the slowest 1% (those at or above the p99);
+/// and the p99 of those that spanned none, the tail the pauses left alone.
 /// Nothing when the GC log is not known.
 fn spanning_gc(out: &mut Outcome, key_prefix: &str, requests: &[Recorded]) {
     let Some(log) = broker_gc::Log::from_env() else {
@@ -380,25 +381,39 @@ fn spanning_gc(out: &mut Outcome, key_prefix: &str, requests: &[Recorded]) {
     ) else {
         return;
     };
-    let pauses = match log.pauses(from, to) {
-        Ok(p) => p,
+    let timeline = match log.pauses(from, to) {
+        Ok(p) => broker_gc::Timeline::new(p),
         Err(e) => {
             out.figure(label, format!("not read: {e:#}"), &key, Value::Null);
             return;
         }
     };
     spans.sort_by_key(|(start, end)| std::cmp::Reverse(end - start));
+    let spanned: Vec<bool> = spans
+        .iter()
+        .map(|&(start, end)| timeline.spans(start, end))
+        .collect();
     let slowest = spans.len().div_ceil(100);
-    let all = broker_gc::spanning(spans.iter().copied(), &pauses);
-    let tail = broker_gc::spanning(spans[..slowest].iter().copied(), &pauses);
+    let all = spanned.iter().filter(|&&s| s).count();
+    let tail = spanned[..slowest].iter().filter(|&&s| s).count();
+    let untouched = Summary::of(
+        spans
+            .iter()
+            .zip(&spanned)
+            .filter(|(_, &s)| !s)
+            .map(|((start, end), _)| (end - start) as f64 / 1000.0)
+            .collect(),
+    );
+    let pauses = broker_gc::Pauses::of(timeline.pauses(), (to - from) as f64 / 1e6);
     let share = |k: usize, n: usize| 100.0 * k as f64 / n as f64;
     out.figure(
         label,
         format!(
-            "{:.1}% of all, {:.0}% of the slowest 1% ({tail} of {slowest}); pauses: {}",
+            "{:.1}% of all, {:.0}% of the slowest 1% ({tail} of {slowest}); p99 of the others {}; pauses: {}",
             share(all, spans.len()),
             share(tail, slowest),
-            broker_gc::Pauses::of(&pauses, (to - from) as f64 / 1e6).text(),
+            ms(untouched.p99_ms),
+            pauses.text(),
         ),
         &key,
         serde_json::json!({
@@ -406,7 +421,8 @@ fn spanning_gc(out: &mut Outcome, key_prefix: &str, requests: &[Recorded]) {
             "spanning": all,
             "slowest_1pct": slowest,
             "slowest_1pct_spanning": tail,
-            "pauses": broker_gc::Pauses::of(&pauses, (to - from) as f64 / 1e6),
+            "not_spanning": untouched,
+            "pauses": pauses,
         }),
     );
 }
