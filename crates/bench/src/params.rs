@@ -9,8 +9,13 @@ pub struct Params {
     /// `BENCH_SECONDS`: the measured window of throughput and latency; every
     /// other phase is scaled from it.
     pub seconds: u64,
-    /// `BENCH_FANOUT`: subscriptions per event (per tenant).
+    /// `BENCH_FANOUT`: subscriptions per event (per tenant) of the
+    /// throughput scenario (the limit's and hookline's).
     pub fanout: usize,
+    /// `BENCH_LATENCY_FANOUT`: subscriptions per event (per tenant) of the
+    /// latency scenario, the limit's and hookline's (default 1: issue 18's
+    /// latency goals are stated at fan-out 1).
+    pub latency_fanout: usize,
     /// `BENCH_PAYLOAD`: payload bytes per event.
     pub payload: usize,
     /// `BENCH_TENANTS`: tenants of the throughput and latency scenarios.
@@ -73,6 +78,7 @@ impl Params {
         let p = Self {
             seconds,
             fanout: env("BENCH_FANOUT")?.unwrap_or(3usize).max(1),
+            latency_fanout: env("BENCH_LATENCY_FANOUT")?.unwrap_or(1usize).max(1),
             payload: env("BENCH_PAYLOAD")?.unwrap_or(512usize),
             tenants: env("BENCH_TENANTS")?.unwrap_or(20usize).max(1),
             backlog: env("BENCH_BACKLOG")?.unwrap_or(20_000usize).max(100),

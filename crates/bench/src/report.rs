@@ -133,7 +133,7 @@ pub fn machine() -> Value {
 pub fn print(run: &Run) {
     println!();
     println!(
-        "hookline bench — {} — {} cores, {} GiB, load average at start {} — BENCH_SECONDS={} fan-out={} payload={} B",
+        "hookline bench — {} — {} cores, {} GiB, load average at start {} — BENCH_SECONDS={} fan-out={} (latency {}) payload={} B",
         run.started_at,
         run.machine["cores"],
         run.machine["mem_gib"],
@@ -143,6 +143,7 @@ pub fn print(run: &Run) {
             .unwrap_or("?"),
         run.params.seconds,
         run.params.fanout,
+        run.params.latency_fanout,
         run.params.payload
     );
     let width = run
