@@ -36,8 +36,9 @@ pub const ALL: &[&str] = &[
 /// What later scenarios may use from earlier ones.
 #[derive(Debug, Default)]
 pub struct Context {
-    /// Deliveries/s hookline's throughput scenario sustained (its peak).
-    pub throughput_deliveries_per_s: Option<f64>,
+    /// Events/s hookline's throughput scenario sustained (its peak, at
+    /// `BENCH_FANOUT`).
+    pub throughput_events_per_s: Option<f64>,
     /// What the `limit` scenario's saturated window measured.
     pub limit: Option<throughput::Measured>,
     /// The `limit` scenario's rate (events/s) and end-to-end waits.

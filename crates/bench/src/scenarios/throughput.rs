@@ -182,7 +182,7 @@ pub async fn body(
             (lo.min(*r), hi.max(*r))
         });
     if path == Path::Hookline {
-        ctx.throughput_deliveries_per_s = Some(deliveries_per_s);
+        ctx.throughput_events_per_s = Some(events_per_s);
     }
 
     let tally = p.settle(STALL).await?;
