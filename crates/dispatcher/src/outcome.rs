@@ -101,6 +101,11 @@ pub(crate) fn plan(
     jitter_unit: f64,
 ) -> FollowUp {
     let c = &facts.classification;
+    // Delivered needs no record: no copy of the delivery (payload included)
+    // on the path every successful attempt takes.
+    if c.verdict == Verdict::Delivered {
+        return FollowUp::Done;
+    }
     let attempted = after_attempt(delivery, facts);
     let dead =
         |delivery: Delivery, reason: DeadLetterReason, detail: Option<String>| FollowUp::Dead {
