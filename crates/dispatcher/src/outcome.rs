@@ -101,12 +101,6 @@ pub(crate) fn plan(
     jitter_unit: f64,
 ) -> FollowUp {
     let c = &facts.classification;
-    // Delivered needs no record: no copy of the delivery (payload included)
-    // on the path every successful attempt takes.
-    if c.verdict == Verdict::Delivered {
-        return FollowUp::Done;
-    }
-    let attempted = after_attempt(delivery, facts);
     let dead =
         |delivery: Delivery, reason: DeadLetterReason, detail: Option<String>| FollowUp::Dead {
             reason,
@@ -120,8 +114,11 @@ pub(crate) fn plan(
             }),
         };
     match c.verdict {
+        // Delivered needs no record: no copy of the delivery (payload
+        // included) on the path every successful attempt takes.
         Verdict::Delivered => FollowUp::Done,
         Verdict::Retry { retry_after } => {
+            let attempted = after_attempt(delivery, facts);
             let first = attempted.first_attempt_at.unwrap_or(facts.started_ms);
             let decision = policy.ladder.decide(
                 u32::try_from(attempted.attempt).unwrap_or(0),
@@ -157,7 +154,7 @@ pub(crate) fn plan(
             }
         }
         Verdict::Rejected { reason } => dead(
-            attempted,
+            after_attempt(delivery, facts),
             DeadLetterReason::Rejected(reason),
             facts.detail.map(str::to_owned),
         ),
