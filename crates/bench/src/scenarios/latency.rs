@@ -29,6 +29,7 @@ use hookline_envelope::{decode, Delivery};
 use hookline_testkit::{kafka, receiver::Recorded};
 use rdkafka::{
     consumer::{Consumer, StreamConsumer},
+    message::Headers,
     Message, Timestamp,
 };
 
@@ -84,7 +85,7 @@ pub async fn body(
 ) -> anyhow::Result<Summary> {
     let (rate, source) = match path {
         Path::Hookline => rate(params, ctx),
-        Path::Bare => match params.rate {
+        Path::Bare | Path::BareTxn => match params.rate {
             Some(r) => (r, "BENCH_RATE".to_owned()),
             None => (450.0, "default of the limit".to_owned()),
         },
@@ -92,7 +93,7 @@ pub async fn body(
     // The peak the half-peak window halves: hookline's, when measured.
     let peak = match path {
         Path::Hookline => ctx.throughput_events_per_s,
-        Path::Bare => None,
+        Path::Bare | Path::BareTxn => None,
     };
     let tenants = |prefix: &str| -> Vec<String> {
         (0..params.tenants)
@@ -117,7 +118,7 @@ pub async fn body(
     warm_up(p, &mut seq, &everyone, params.payload).await?;
     let before = p.receiver.count();
     let observer = match path {
-        Path::Hookline => Some(Observer::start(p).await?),
+        Path::Hookline | Path::BareTxn => Some(Observer::start(p).await?),
         Path::Bare => None,
     };
 
@@ -188,6 +189,26 @@ pub async fn body(
             ),
             "limit_end_to_end",
             limit,
+        );
+    }
+    if let (Path::Hookline, Some((txn_rate, txn))) = (path, ctx.limit_txn_latency) {
+        let same = (txn_rate - rate).abs() < 1e-6;
+        out.figure(
+            "  limit in transactions (ratio)",
+            format!(
+                "{} / {} ({:.1}× / {:.1}×){}",
+                ms(txn.p50_ms),
+                ms(txn.p99_ms),
+                waits.p50_ms / txn.p50_ms,
+                waits.p99_ms / txn.p99_ms,
+                if same {
+                    String::new()
+                } else {
+                    format!("; it ran at {txn_rate:.0} events/s")
+                }
+            ),
+            "limit_txn_end_to_end",
+            txn,
         );
     }
     if let Some(observer) = &observer {
@@ -303,13 +324,25 @@ impl Observer {
                     Timestamp::CreateTime(t) | Timestamp::LogAppendTime(t) => t * 1000,
                     Timestamp::NotAvailable => continue,
                 };
-                let Some(d) = msg.payload().and_then(|v| decode::<Delivery>(v).ok()) else {
+                // A hookline delivery record, or the bare path's (its id in
+                // a header, the payload as the value).
+                let id = msg
+                    .headers()
+                    .and_then(|h| h.iter().find(|h| h.key == "webhook-id"))
+                    .and_then(|h| std::str::from_utf8(h.value?).ok())
+                    .map(str::to_owned)
+                    .or_else(|| {
+                        msg.payload()
+                            .and_then(|v| decode::<Delivery>(v).ok())
+                            .map(|d| d.delivery_id)
+                    });
+                let Some(id) = id else {
                     continue;
                 };
                 into.lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .insert(
-                        d.delivery_id,
+                        id,
                         Seen {
                             produced_us,
                             readable_us,
@@ -463,6 +496,10 @@ fn hops(out: &mut Outcome, key_prefix: &str, requests: &[Recorded], seen: &HashM
         ("→ received", "hop_received", received),
     ];
     for (label, key, samples) in rows {
+        // The bare path stamps no POST start.
+        if samples.is_empty() {
+            continue;
+        }
         let s = Summary::of(samples);
         out.figure(
             format!("  {label} p50/p99"),

@@ -43,6 +43,8 @@ pub struct Context {
     pub limit: Option<throughput::Measured>,
     /// The `limit` scenario's rate (events/s) and end-to-end waits.
     pub limit_latency: Option<(f64, Summary)>,
+    /// The same, with the hand-off in transactions (`Path::BareTxn`).
+    pub limit_txn_latency: Option<(f64, Summary)>,
 }
 
 /// What carries the events from `events` to the receiver.
@@ -52,6 +54,9 @@ pub enum Path {
     Hookline,
     /// The bare loops of `bare.rs`, in the bench process.
     Bare,
+    /// The same, with the events → deliveries hand-off in Kafka transactions
+    /// as fanout's: the floor of a path that keeps it exactly once.
+    BareTxn,
 }
 
 /// Starts `path` on `p` with `subs` already written; the bare loops run until
@@ -63,7 +68,7 @@ pub async fn start(
 ) -> anyhow::Result<Option<Bare>> {
     match path {
         Path::Hookline => p.start().await.map(|()| None),
-        Path::Bare => {
+        Path::Bare | Path::BareTxn => {
             let mut by_tenant: std::collections::HashMap<String, Vec<String>> =
                 std::collections::HashMap::new();
             for s in subs {
@@ -75,7 +80,9 @@ pub async fn start(
             let in_flight = subs
                 .first()
                 .map_or(16, |s| usize::try_from(s.max_in_flight).unwrap_or(16));
-            bare::start(p, by_tenant, in_flight).map(Some)
+            bare::start(p, by_tenant, in_flight, path == Path::BareTxn)
+                .await
+                .map(Some)
         }
     }
 }

@@ -30,7 +30,8 @@ pub async fn run(params: &Params, ctx: &mut Context) -> Outcome {
     let mut out = out.finish(p, result.map(drop)).await;
     cpu_per_delivery(&mut out);
     if let (None, Some(before)) = (&out.error, ctx.limit) {
-        limit_again(params, ctx, &mut out, before).await;
+        limit_again(params, ctx, &mut out, before, Path::Bare).await;
+        limit_again(params, ctx, &mut out, before, Path::BareTxn).await;
     }
     out
 }
@@ -60,13 +61,32 @@ fn cpu_per_delivery(out: &mut Outcome) {
 /// the bare path's rate moves by up to 2.5× between consecutive runs, so a
 /// ratio is only worth what the limit's drift around it says. Printed beside
 /// the first measurement with hookline's ratio to each; a failure here is
-/// printed, not the scenario's.
-async fn limit_again(params: &Params, ctx: &mut Context, out: &mut Outcome, before: Measured) {
+/// printed, not the scenario's. With `Path::BareTxn`, the bare path with its
+/// hand-off in transactions: what exactly-once alone costs at saturation.
+async fn limit_again(
+    params: &Params,
+    ctx: &mut Context,
+    out: &mut Outcome,
+    before: Measured,
+    path: Path,
+) {
+    let (label, spec, key) = match path {
+        Path::BareTxn => (
+            "limit in transactions, after it",
+            "limit-txn-again",
+            "limit_txn_deliveries_per_s",
+        ),
+        _ => (
+            "limit again, after it",
+            "limit-again",
+            "limit_again_deliveries_per_s",
+        ),
+    };
     let mut scratch = Outcome::new("limit");
-    let text = match Pipeline::create(Spec::new("limit-again")).await {
+    let text = match Pipeline::create(Spec::new(spec)).await {
         Err(e) => format!("failed: {e:#}"),
         Ok(mut p) => {
-            let measured = body(&mut p, params, ctx, &mut scratch, Path::Bare).await;
+            let measured = body(&mut p, params, ctx, &mut scratch, path).await;
             let stopped = p.stop().await;
             match (measured, stopped) {
                 (Ok(after), Ok(_)) => {
@@ -75,10 +95,8 @@ async fn limit_again(params: &Params, ctx: &mut Context, out: &mut Outcome, befo
                         .get("deliveries_per_s")
                         .and_then(serde_json::Value::as_f64)
                         .unwrap_or(0.0);
-                    out.figures.insert(
-                        "limit_again_deliveries_per_s".to_owned(),
-                        after.deliveries_per_s.into(),
-                    );
+                    out.figures
+                        .insert(key.to_owned(), after.deliveries_per_s.into());
                     format!(
                         "{:.0} deliveries/s (before: {:.0}); ratio {:.2} to it, {:.2} to the one before",
                         after.deliveries_per_s,
@@ -91,7 +109,7 @@ async fn limit_again(params: &Params, ctx: &mut Context, out: &mut Outcome, befo
             }
         }
     };
-    out.rows.push(("limit again, after it".to_owned(), text));
+    out.rows.push((label.to_owned(), text));
 }
 
 /// What the window measured.
