@@ -171,45 +171,24 @@ pub async fn body(
         "end_to_end",
         waits,
     );
-    if let (Path::Hookline, Some((limit_rate, limit))) = (path, ctx.limit_latency) {
-        let same = (limit_rate - rate).abs() < 1e-6;
-        out.figure(
-            "  limit p50/p99 (ratio)",
-            format!(
-                "{} / {} ({:.1}× / {:.1}×){}",
-                ms(limit.p50_ms),
-                ms(limit.p99_ms),
-                waits.p50_ms / limit.p50_ms,
-                waits.p99_ms / limit.p99_ms,
-                if same {
-                    String::new()
-                } else {
-                    format!("; the limit ran at {limit_rate:.0} events/s")
-                }
+    if path == Path::Hookline {
+        let limits = [
+            (
+                "  limit p50/p99 (ratio)",
+                "limit_end_to_end",
+                ctx.limit_latency,
             ),
-            "limit_end_to_end",
-            limit,
-        );
-    }
-    if let (Path::Hookline, Some((txn_rate, txn))) = (path, ctx.limit_txn_latency) {
-        let same = (txn_rate - rate).abs() < 1e-6;
-        out.figure(
-            "  limit in transactions (ratio)",
-            format!(
-                "{} / {} ({:.1}× / {:.1}×){}",
-                ms(txn.p50_ms),
-                ms(txn.p99_ms),
-                waits.p50_ms / txn.p50_ms,
-                waits.p99_ms / txn.p99_ms,
-                if same {
-                    String::new()
-                } else {
-                    format!("; it ran at {txn_rate:.0} events/s")
-                }
+            (
+                "  limit in transactions (ratio)",
+                "limit_txn_end_to_end",
+                ctx.limit_txn_latency,
             ),
-            "limit_txn_end_to_end",
-            txn,
-        );
+        ];
+        for (label, key, limit) in limits {
+            if let Some((limit_rate, limit)) = limit {
+                versus_limit(out, label, key, (rate, &waits), (limit_rate, limit));
+            }
+        }
     }
     if let Some(observer) = &observer {
         hops(out, "", &requests[before..], &observer.seen());
@@ -263,6 +242,35 @@ pub async fn body(
     out.figures.insert("events".to_owned(), sent.into());
     out.deliveries = Some(tally);
     Ok(waits)
+}
+
+/// A row with a limit's p50 / p99 beside hookline's `waits` at `rate`, and
+/// how many times the limit's wait hookline's is.
+fn versus_limit(
+    out: &mut Outcome,
+    label: &str,
+    key: &str,
+    (rate, waits): (f64, &Summary),
+    (limit_rate, limit): (f64, Summary),
+) {
+    let same = (limit_rate - rate).abs() < 1e-6;
+    out.figure(
+        label,
+        format!(
+            "{} / {} ({:.1}× / {:.1}×){}",
+            ms(limit.p50_ms),
+            ms(limit.p99_ms),
+            waits.p50_ms / limit.p50_ms,
+            waits.p99_ms / limit.p99_ms,
+            if same {
+                String::new()
+            } else {
+                format!("; it ran at {limit_rate:.0} events/s")
+            }
+        ),
+        key,
+        limit,
+    );
 }
 
 /// What the observer saw of one delivery record, µs since the epoch.
