@@ -120,19 +120,12 @@ pub async fn start(
                         continue;
                     }
                 };
-                let Some(event) = msg.payload().and_then(|v| decode::<DomainEvent>(v).ok()) else {
+                let Some(f) = msg.payload().and_then(|v| fanned(v, &subs)) else {
                     continue;
                 };
-                for sub in subs.get(&event.tenant_id).into_iter().flatten() {
-                    let id = delivery_id(&event.event_id, sub);
+                for id in &f.ids {
                     loop {
-                        let record = FutureRecord::to(&out)
-                            .key(event.tenant_id.as_bytes())
-                            .payload(&event.payload)
-                            .headers(OwnedHeaders::new().insert(Header {
-                                key: ID_HEADER,
-                                value: Some(id.as_bytes()),
-                            }));
+                        let record = delivery_record(&out, &f, id);
                         match producer.send_result(record) {
                             // The report is not awaited: the commit-free path.
                             Ok(_report) => break,
@@ -215,6 +208,35 @@ struct Fanned {
     payload: Vec<u8>,
 }
 
+/// The event in `value` and its delivery ids under `subs`; `None` when it
+/// does not decode.
+fn fanned(value: &[u8], subs: &HashMap<String, Vec<String>>) -> Option<Fanned> {
+    let event = decode::<DomainEvent>(value).ok()?;
+    let ids = subs
+        .get(&event.tenant_id)
+        .into_iter()
+        .flatten()
+        .map(|sub| delivery_id(&event.event_id, sub))
+        .collect();
+    Some(Fanned {
+        tenant: event.tenant_id,
+        ids,
+        payload: event.payload,
+    })
+}
+
+/// The bare delivery record of `f` for delivery `id`: keyed by tenant, the
+/// payload as the value, the id in a header.
+fn delivery_record<'a>(out: &'a str, f: &'a Fanned, id: &'a str) -> FutureRecord<'a, [u8], [u8]> {
+    FutureRecord::to(out)
+        .key(f.tenant.as_bytes())
+        .payload(f.payload.as_slice())
+        .headers(OwnedHeaders::new().insert(Header {
+            key: ID_HEADER,
+            value: Some(id.as_bytes()),
+        }))
+}
+
 /// The first loop, exactly once: each batch of what is ready, and the offsets
 /// after it, in one transaction. An error stops the loop (the scenario then
 /// reports the deliveries it lost): a floor is measured on the happy path.
@@ -230,20 +252,7 @@ async fn fan_in_transactions(
         let mut next: HashMap<(String, i32), i64> = HashMap::new();
         let mut take = |msg: &rdkafka::message::BorrowedMessage<'_>| {
             next.insert((msg.topic().to_owned(), msg.partition()), msg.offset() + 1);
-            let Some(event) = msg.payload().and_then(|v| decode::<DomainEvent>(v).ok()) else {
-                return;
-            };
-            let ids = subs
-                .get(&event.tenant_id)
-                .into_iter()
-                .flatten()
-                .map(|sub| delivery_id(&event.event_id, sub))
-                .collect();
-            batch.push(Fanned {
-                tenant: event.tenant_id,
-                ids,
-                payload: event.payload,
-            });
+            batch.extend(msg.payload().and_then(|v| fanned(v, &subs)));
         };
         match events.recv().await {
             Ok(m) => take(&m),
@@ -304,16 +313,9 @@ async fn commit(
     let mut reports = Vec::new();
     for f in &batch {
         for id in &f.ids {
-            let record = FutureRecord::to(out)
-                .key(f.tenant.as_bytes())
-                .payload(&f.payload)
-                .headers(OwnedHeaders::new().insert(Header {
-                    key: ID_HEADER,
-                    value: Some(id.as_bytes()),
-                }));
             reports.push(
                 producer
-                    .send_result(record)
+                    .send_result(delivery_record(out, f, id))
                     .map_err(|(e, _)| anyhow::anyhow!("producing a delivery: {e}"))?,
             );
         }

@@ -42,11 +42,11 @@ pub async fn run(params: &Params, ctx: &mut Context) -> Outcome {
         ctx.limit_latency = Some((rate, *waits));
     }
     let latency_settings = std::mem::take(&mut out.settings);
+    merge(&mut out, tally);
     if let Err(e) = result {
         out.settings = serde_json::json!({ "throughput": settings, "latency": latency_settings });
         return out.finish(p, Err(e)).await;
     }
-    merge(&mut out, tally);
     let tally = out.deliveries.take();
     if let Err(e) = p.stop().await {
         return out.failed(e);
