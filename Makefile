@@ -87,6 +87,7 @@ lint:
 	$(CARGO) clippy -q -p hookline-dlq-sink --lib -- -D warnings
 	$(PYTHON) .ci/import-circles.py --top crates/*/src tests/faults/src
 	$(PYTHON) .ci/import-circles.py crates/*/src tests/faults/src
+	$(PYTHON) .ci/check-links.py --self-test && $(PYTHON) .ci/check-links.py
 	$(MAKE) --no-print-directory deny
 
 ## deny: cargo-deny with deny.toml (licences, bans, sources; advisories when the
