@@ -8,16 +8,19 @@ use std::{
     time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
+pub(crate) use hookline_dispatch_core::attempt::{Finished, Refusal, Target};
+use hookline_dispatch_core::build::{AfterAttempt, HandoffBuilder};
+
 use crate::{
-    attempt_log::{self, AttemptLog, Attempted, Logged},
+    attempt_log::{self, Logged},
     events,
-    handoff::{Handoff, Written},
-    outcome::{self, plan, unattempted as unattempted_letter, AttemptFacts, FollowUp, RetryPolicy},
+    handoff::Handoff,
+    outcome::{self, plan, AttemptFacts, RetryPolicy},
     part::{Key, NoTarget},
 };
 use bytes::Bytes;
 use hookline_core::{classify, epoch, trace, AttemptResult, FailureKind, Signal};
-use hookline_envelope::{encode, Delivery, Topics};
+use hookline_envelope::Delivery;
 use hookline_runtime::{
     http::{Failure, Outgoing, WebhookClient},
     signing::{self, SecretStore},
@@ -40,26 +43,11 @@ pub const USER_AGENT_VALUE: &str = concat!("hookline/", env!("CARGO_PKG_VERSION"
 pub(crate) struct AttemptContext {
     pub client: WebhookClient,
     pub secrets: SecretStore,
-    pub topics: Topics,
     pub retry_policy: RetryPolicy,
     /// How long a strictly ordered subscription's head may wait in backoff.
     pub strict_head_wait: std::time::Duration,
-    /// `None` with `--attempt-log=false`.
-    pub attempt_log: Option<AttemptLog>,
-    /// Per engine input (indexed like them): its retry tier's name, `None` for
-    /// `deliveries` and `deliveries.strict`.
-    pub input_tiers: Vec<Option<&'static str>>,
-}
-
-impl AttemptContext {
-    /// The retry tier the record at `key` was read from; `None` for
-    /// `deliveries` and `deliveries.strict`.
-    pub(crate) fn tier_read_from(&self, key: Key) -> Option<&'static str> {
-        self.input_tiers
-            .get(usize::from(key.0.input))
-            .copied()
-            .flatten()
-    }
+    /// Where follow-ups go, with their attempt-log records.
+    pub handoffs: HandoffBuilder,
 }
 
 impl std::fmt::Debug for AttemptContext {
@@ -68,40 +56,6 @@ impl std::fmt::Debug for AttemptContext {
             .field("retry_policy", &self.retry_policy)
             .finish_non_exhaustive()
     }
-}
-
-/// Where the subscription said to send it, read at attempt time.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    pub url: String,
-    pub secret_ref: String,
-}
-
-/// An attempt refused before it is sent, decided by the engine's machine; it
-/// is classified and followed up (dead-lettered) like any other failure.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Refusal {
-    pub kind: FailureKind,
-    pub detail: String,
-}
-
-impl Refusal {
-    /// A payload over `--max-payload-bytes`.
-    pub(crate) fn payload_too_large(len: usize, limit: usize) -> Self {
-        Self {
-            kind: FailureKind::PayloadTooLarge,
-            detail: format!("payload of {len} bytes exceeds --max-payload-bytes {limit}"),
-        }
-    }
-}
-
-/// How work on a source record ended, for the machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Finished {
-    /// Delivered, or its follow-up is in a transaction: finish the source offset.
-    Durable,
-    /// Given up: leave the offset unfinished.
-    Abandoned,
 }
 
 /// How an attempt task ended, for the engine.
@@ -159,64 +113,19 @@ pub(crate) async fn run(
         took,
     }
     .emit();
-    let log = ctx.attempt_log.as_ref().map_or_else(Vec::new, |log| {
-        let tier = match &follow_up {
-            FollowUp::Retry { tier, .. } => ctx.topics.retries().nth(*tier).map(|(n, _)| n),
-            _ => None,
-        };
-        log.attempted(&Attempted {
-            delivery: &delivery,
-            facts: &facts,
-            responded,
-            took_ms: i64::try_from(took.as_millis()).unwrap_or(i64::MAX),
-            follow_up: &follow_up,
-            tier,
-            from_tier: ctx.tier_read_from(key),
-        })
-        .iter()
-        .map(|r| log.logged(r))
-        .collect()
-    });
-    let record_key = Some(delivery.tenant_id.as_bytes().to_vec());
-    let (topic, value, written) = match follow_up {
-        FollowUp::Done => return Ended::Done(log),
-        FollowUp::Hold { record } => return Ended::Hold(record, signal, log),
-        FollowUp::Retry { tier, record } => {
-            let Some((name, topic)) = ctx.topics.retries().nth(tier) else {
-                events::NoSuchRetryTier { tier }.emit();
-                return Ended::Abandoned;
-            };
-            let written = Written::Retry {
-                tier: name.to_owned(),
-                delivery_id: delivery.delivery_id,
-            };
-            (topic.to_owned(), encode(record.as_ref()), written)
+    let took_ms = i64::try_from(took.as_millis()).unwrap_or(i64::MAX);
+    match ctx
+        .handoffs
+        .after_attempt(key, delivery, &facts, follow_up, (responded, took_ms))
+    {
+        Ok(AfterAttempt::Done(log)) => Ended::Done(log),
+        Ok(AfterAttempt::Hold(record, log)) => Ended::Hold(record, signal, log),
+        Ok(AfterAttempt::Handoff(handoff)) => Ended::Handoff(handoff, signal),
+        Err(missing) => {
+            events::missing_topic(missing);
+            Ended::Abandoned
         }
-        FollowUp::Dead { reason, letter } => (
-            ctx.topics.dlq().to_owned(),
-            encode(letter.as_ref()),
-            Written::Dead {
-                reason,
-                delivery_id: delivery.delivery_id,
-                subscription_id: delivery.subscription_id,
-                tenant_id: delivery.tenant_id,
-            },
-        ),
-    };
-    Ended::Handoff(
-        Box::new(Handoff {
-            key,
-            topic,
-            partition: None,
-            record_key,
-            value,
-            headers: Vec::new(),
-            written,
-            disable: None,
-            log,
-        }),
-        signal,
-    )
+    }
 }
 
 /// The hand-off of a delivery that is not attempted because its subscription has
@@ -228,35 +137,17 @@ pub(crate) fn unattempted(
     why: &NoTarget,
     now: SystemTime,
 ) -> Handoff {
-    let record_key = Some(delivery.tenant_id.as_bytes().to_vec());
-    let delivery_id = delivery.delivery_id.clone();
-    let subscription_id = delivery.subscription_id.clone();
-    let tenant_id = delivery.tenant_id.clone();
-    let (reason, letter) = unattempted_letter(delivery, why, &ctx.retry_policy, epoch::millis(now));
-    events::NotAttempted {
-        letter: &letter,
-        reason,
+    let (handoff, letter) =
+        ctx.handoffs
+            .unattempted(key, delivery, why, &ctx.retry_policy, epoch::millis(now));
+    if let crate::handoff::Written::Dead { reason, .. } = &handoff.written {
+        events::NotAttempted {
+            letter: &letter,
+            reason: *reason,
+        }
+        .emit();
     }
-    .emit();
-    let log = ctx.attempt_log.as_ref().map_or_else(Vec::new, |log| {
-        vec![log.logged(&log.dead_lettered(&letter, ctx.tier_read_from(key)))]
-    });
-    Handoff {
-        key,
-        topic: ctx.topics.dlq().to_owned(),
-        partition: None,
-        record_key,
-        value: encode(&letter),
-        headers: Vec::new(),
-        written: Written::Dead {
-            reason,
-            delivery_id,
-            subscription_id,
-            tenant_id,
-        },
-        disable: None,
-        log,
-    }
+    handoff
 }
 
 /// Signs and POSTs; returns the result and a short detail for a dead letter.

@@ -19,6 +19,7 @@ use hookline_envelope::{DeadLetter, Delivery, QuarantineReason, QuarantinedEvent
 use hookline_runtime::subscriptions::DisabledReason;
 
 use crate::{
+    handoff::{Handoff, Written},
     metrics::{self, ErrorKind},
     outcome::AttemptFacts,
     part::ParkReason,
@@ -108,6 +109,54 @@ impl NoSuchRetryTier {
             "no such retry tier; leaving the record unfinished"
         );
         metrics::error(ErrorKind::NoRetryTier);
+    }
+}
+
+/// Counts and logs a hand-off as written (its transaction committed).
+pub(crate) fn written(handoff: &Handoff) {
+    match &handoff.written {
+        Written::Retry { tier, delivery_id } => RetryWritten { tier, delivery_id }.emit(),
+        Written::Dead {
+            reason,
+            delivery_id,
+            ..
+        } => DeadLettered {
+            reason: *reason,
+            delivery_id,
+        }
+        .emit(),
+        Written::Quarantined { reason, record } => Quarantined {
+            topic: &handoff.topic,
+            record,
+            reason: *reason,
+        }
+        .emit(),
+        Written::Reparked { tier, reason } => Parked {
+            tier,
+            reason: *reason,
+        }
+        .emit(),
+        Written::Moved { lane } => metrics::moved(*lane),
+    }
+    if let Some(d) = &handoff.disable {
+        SubscriptionDisabled {
+            record: &d.record,
+            reason: d.reason,
+        }
+        .emit();
+    }
+}
+
+/// A hand-off's tier or lane has no topic (unreachable while the ladder, the
+/// lanes and the topics come from the same settings): a tier is counted as
+/// [`NoSuchRetryTier`]; a lane only logs.
+pub(crate) fn missing_topic(missing: hookline_dispatch_core::build::Missing) {
+    use hookline_dispatch_core::build::Missing;
+    match missing {
+        Missing::Tier(tier) => NoSuchRetryTier { tier }.emit(),
+        Missing::Lane(lane) => {
+            tracing::error!(lane, "no such overflow lane; leaving the record unfinished")
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! The dispatcher stage (DESIGN §4): consumes `deliveries`, looks each
+//! The dispatcher stage (docs/design.md#dispatcher): consumes `deliveries`, looks each
 //! subscription up at attempt time, signs (Standard Webhooks) and POSTs behind
 //! the egress policy, and writes failures to the retry tier the ladder picks or
 //! to the DLQ. Those records and the source offsets commit together in Kafka
@@ -6,24 +6,25 @@
 //! delivery, and never writes a retry or a dead letter twice. A record that is
 //! not a `Delivery` goes to `events.quarantine` with its reason, in the same
 //! transactions. Every attempt, parking and dead-lettering is written to the
-//! attempt log `deliveries.attempts` in those transactions too
-//! (`attempt_log.rs`), unless `--attempt-log=false`.
+//! attempt log `deliveries.attempts` in those transactions too, unless
+//! `--attempt-log=false`.
+//!
+//! What to do is decided in `hookline-dispatch-core` (the state machine, the
+//! follow-up of an attempt, the offsets, the hand-offs); this crate carries
+//! it out against Kafka and HTTP: the engine's loop, its consumers and
+//! transactions, the attempt tasks, metrics and events.
 
 mod attempt;
-mod attempt_log;
-mod backlog;
 pub mod capacity;
 pub mod config;
 mod consumer;
 mod engine;
 mod events;
-mod handoff;
-mod machine;
 mod metrics;
-mod offsets;
-mod outcome;
-mod part;
-mod quarantine;
+
+// The decisions, under the names the adapter's modules know them by.
+use hookline_dispatch_core::build::HandoffBuilder;
+use hookline_dispatch_core::{attempt_log, backlog, handoff, machine, outcome, part};
 
 use std::{path::PathBuf, sync::Arc};
 
@@ -327,17 +328,16 @@ async fn dispatch(
     let attempt_log = settings
         .attempt_log
         .then(|| attempt_log::AttemptLog::new(topics.attempts(), retry_policy.version()));
+    let input_tiers = inputs
+        .iter()
+        .map(|i| i.retry().then_some(i.label))
+        .collect();
     let ctx = Arc::new(attempt::AttemptContext {
         client,
         secrets,
-        topics,
         retry_policy,
         strict_head_wait: settings.strict_head_wait,
-        attempt_log,
-        input_tiers: inputs
-            .iter()
-            .map(|i| i.retry().then_some(i.label))
-            .collect(),
+        handoffs: HandoffBuilder::new(topics, attempt_log, input_tiers),
     });
     let ctx_version = ctx.retry_policy.version().to_owned();
     let mut pollers = Vec::with_capacity(consumers.len());

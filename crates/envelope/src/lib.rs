@@ -13,12 +13,14 @@
 //! No Kafka and no async here: other crates build on these values.
 
 pub mod codec;
+pub mod fixtures;
 mod guard;
 mod header;
 pub mod ids;
 pub mod quarantine;
 pub mod records;
 pub mod schema;
+pub mod subscription_state;
 pub mod topics;
 
 pub use codec::{

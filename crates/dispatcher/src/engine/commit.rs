@@ -155,7 +155,11 @@ impl Commits {
             return None;
         }
         let next = self.retry_at.unwrap_or(self.last + self.interval);
-        Some(self.pending.next_retry().map_or(next, |at| at.min(next)))
+        Some(
+            self.pending
+                .next_retry()
+                .map_or(next, |at| Instant::from_std(at).min(next)),
+        )
     }
 
     pub(crate) fn in_flight(&self) -> bool {
@@ -192,7 +196,7 @@ impl Engine {
         }
         let now = Instant::now();
         finish_ready(&mut self.machine, &mut self.commits.pending);
-        let batch = self.commits.pending.take(now);
+        let batch = self.commits.pending.take(now.into_std());
         // A failed offsets-only transaction is retried after its back-off,
         // also when forced: a revoke's flush against a broker that refuses
         // every commit would otherwise start one every few milliseconds.
@@ -339,7 +343,7 @@ impl Engine {
                 );
                 self.machine.offsets_mut().committed(&offsets);
                 for h in &handoffs {
-                    h.emit_written();
+                    events::written(h);
                 }
                 self.commits.pending.committed(&Batch { handoffs, solo });
                 self.commits.last = now;
@@ -468,7 +472,7 @@ pub(super) fn put_back(
     batch: Batch,
     now: Instant,
 ) -> bool {
-    pending.failed(batch, now, |part| machine.commits_offsets(part))
+    pending.failed(batch, now.into_std(), |part| machine.commits_offsets(part))
 }
 
 /// One transaction: the hand-offs (each with its attempt records), the queued

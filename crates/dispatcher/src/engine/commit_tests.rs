@@ -6,7 +6,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hookline_core::{BreakerSettings, Ladder, LaneLimits, LaneSettings, OverflowSettings, Signal};
-use hookline_envelope::{encode, Delivery};
+use hookline_envelope::{encode, fixtures::DeliveryBuilder, Delivery};
 use tokio::time::Instant;
 
 use super::commit::{finish_ready, put_back};
@@ -66,27 +66,11 @@ fn machine() -> Machine {
 
 fn delivery(offset: i64) -> Vec<u8> {
     let at = i64::try_from(now().duration_since(UNIX_EPOCH).unwrap().as_millis()).unwrap();
-    encode(&Delivery {
-        delivery_id: format!("d-{offset}"),
-        event_id: "e".into(),
-        tenant_id: "t".into(),
-        subscription_id: "s".into(),
-        event_type: "order.created".into(),
-        occurred_at: at,
-        content_type: "application/json".into(),
-        payload: b"{}".to_vec(),
-        attributes: Default::default(),
-        attempt: 0,
-        created_at: at,
-        due_at: at,
-        first_attempt_at: None,
-        last_attempt_at: None,
-        last_outcome: None,
-        policy_version: None,
-        replay_of: None,
-        traceparent: None,
-        tracestate: None,
-    })
+    encode(
+        &DeliveryBuilder::new(&format!("d-{offset}"), "t", "s")
+            .at(at)
+            .build(),
+    )
 }
 
 /// A retry of the record at `key`, as a failed attempt leaves it.
@@ -137,7 +121,7 @@ fn a_failed_transaction_during_a_revoke_keeps_the_offset_below_its_hand_offs() {
     let mut pending = Pending::default();
     attempted_with_retries(&mut m, &mut pending, 2);
     let at = Instant::now();
-    let batch = pending.take(at);
+    let batch = pending.take(at.into_std());
     assert_eq!(batch.handoffs.len(), 2);
     assert_eq!(m.offsets_mut().to_commit(|p| pending.cap(p)), vec![(D, 2)]);
     // The broker restarts: the session is lost, the partition revoked, and
@@ -165,7 +149,7 @@ fn a_failed_transaction_after_the_revoke_drops_the_forgotten_partitions_hand_off
     let mut pending = Pending::default();
     attempted_with_retries(&mut m, &mut pending, 2);
     let at = Instant::now();
-    let batch = pending.take(at);
+    let batch = pending.take(at.into_std());
     // The revoke ended (its flush ran out of time) before the transaction did.
     m.revoke(&[D]);
     m.forget(&[D]);

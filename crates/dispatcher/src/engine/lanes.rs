@@ -16,14 +16,13 @@ use rdkafka::{
 
 use crate::{
     events,
-    handoff::{Handoff, Written},
     part::{Key, Part},
 };
 
 use super::Engine;
 
 /// The header of a moved record: its offset in `deliveries`.
-pub(crate) const MOVED_FROM: &str = "hookline-moved-from";
+pub(crate) use hookline_dispatch_core::build::MOVED_FROM;
 
 impl Engine {
     /// The lane partitions that follow `parts` (partitions of any input; only
@@ -106,29 +105,15 @@ impl Engine {
     /// Hands a record of `deliveries` to the next transaction, as it is, for
     /// partition `key.0.partition` of overflow lane `lane`; the machine
     /// finishes its offset in that transaction. `value` is the record's bytes.
-    pub(super) fn move_to_lane(
-        &mut self,
-        key: Key,
-        lane: usize,
-        (record_key, value): (Option<Vec<u8>>, Vec<u8>),
-    ) {
-        let Some(topic) = self.ctx.topics.lanes().nth(lane) else {
-            // Unreachable: the machine has as many lanes as the topics.
-            self.machine
-                .complete(key, crate::attempt::Finished::Abandoned);
-            return;
-        };
-        self.commits.defer(Handoff {
-            key,
-            topic: topic.to_owned(),
-            partition: Some(key.0.partition),
-            record_key,
-            value,
-            headers: vec![(MOVED_FROM, key.1.to_string())],
-            written: Written::Moved { lane },
-            disable: None,
-            log: Vec::new(),
-        });
+    pub(super) fn move_to_lane(&mut self, key: Key, lane: usize, read: (Option<Vec<u8>>, Vec<u8>)) {
+        match self.ctx.handoffs.moved(key, lane, read) {
+            Ok(handoff) => self.commits.defer(handoff),
+            Err(missing) => {
+                events::missing_topic(missing);
+                self.machine
+                    .complete(key, crate::attempt::Finished::Abandoned);
+            }
+        }
     }
 
     /// [`move_to_lane`](Self::move_to_lane) for a queued record the machine

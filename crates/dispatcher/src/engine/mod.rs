@@ -22,7 +22,6 @@
 mod commit;
 #[cfg(test)]
 mod commit_tests;
-mod disable;
 mod gauges;
 pub(crate) mod inbox;
 mod lanes;
@@ -32,12 +31,9 @@ mod wake;
 
 use std::{collections::HashMap, sync::Arc, time::Duration, time::SystemTime};
 
-use disable::Disabling;
-use hookline_core::{
-    BreakerSettings, DeadLetterReason, LaneLimits, LaneSettings, OverflowSettings, RejectReason,
-    Signal,
-};
-use hookline_envelope::{decode, Delivery, Unusable};
+use hookline_core::{BreakerSettings, LaneLimits, LaneSettings, OverflowSettings, Signal};
+use hookline_dispatch_core::{directory, disable::Disabling};
+use hookline_envelope::{Delivery, Unusable};
 use hookline_runtime::{
     group_watch::HeldPartitions,
     health::Health,
@@ -58,11 +54,11 @@ use crate::{
     config::CommitSettings,
     consumer::{Command, Consumers, FromKafka},
     events,
-    handoff::{Handoff, Written},
+    handoff::Handoff,
     machine::{Action, Directory, GateAction, Intake, Machine, Note},
     metrics,
-    part::{Key, NoTarget, ParkReason, Part},
-    quarantine, DispatcherError,
+    part::{Key, NoTarget, Part},
+    DispatcherError,
 };
 
 const LOOP: &str = "dispatcher";
@@ -77,44 +73,19 @@ const GAUGE_TICKS: u32 = 5;
 const WAKE_SLACK: Duration = Duration::from_millis(2);
 
 /// The subscription table, as the machine asks it, with the disables this
-/// replica has written and the table does not show yet.
+/// replica has written and the table does not show yet; the rules are
+/// `hookline_dispatch_core::directory`'s.
 struct Subs<'a>(&'a Subscriptions, &'a Disabling);
 
 impl Directory for Subs<'_> {
     fn settings(&self, subscription_id: &str) -> LaneSettings {
-        // Non-positive or non-finite rates are unlimited (`LaneSettings`).
-        self.0
-            .get(subscription_id)
-            .map_or(LaneSettings::unlimited_rate(1), |s| LaneSettings {
-                // Strict is one at a time, whatever `max_in_flight` says.
-                max_in_flight: if s.record.is_strict() {
-                    1
-                } else {
-                    u32::try_from(s.record.max_in_flight).unwrap_or(1)
-                },
-                rate_per_s: s.record.rate_limit_per_s,
-            })
+        let live = self.0.get(subscription_id);
+        directory::lane_settings(live.as_deref().map(|l| &l.record))
     }
 
     fn target(&self, d: &Delivery) -> Result<Target, NoTarget> {
-        let s = self.0.get(&d.subscription_id).ok_or(NoTarget::Deleted)?;
-        if s.record.tenant_id != d.tenant_id {
-            return Err(NoTarget::OtherTenant);
-        }
-        if self.1.overrides(&d.subscription_id, s.record.version) {
-            return Err(NoTarget::Disabled {
-                reason: Some(DisabledReason::Gone.as_str().to_owned()),
-            });
-        }
-        if !s.record.enabled {
-            return Err(NoTarget::Disabled {
-                reason: s.record.disabled_reason.clone(),
-            });
-        }
-        Ok(Target {
-            url: s.record.url.clone(),
-            secret_ref: s.record.secret_ref.clone(),
-        })
+        let live = self.0.get(&d.subscription_id);
+        directory::target(live.as_deref().map(|l| &l.record), d, self.1)
     }
 }
 
@@ -411,40 +382,19 @@ impl Engine {
     /// transaction, as it is (no attempt), for the tier that fits what is left;
     /// the machine finishes its offset in that transaction.
     fn repark(&mut self, part: Part, msg: &OwnedMessage, tier: usize) {
-        let Some((name, topic)) = self.ctx.topics.retries().nth(tier) else {
-            // Unreachable: the ladder and the topics have the same tiers.
-            events::NoSuchRetryTier { tier }.emit();
-            self.machine
-                .complete((part, msg.offset()), Finished::Abandoned);
-            return;
-        };
         let key = (part, msg.offset());
-        let value = msg.payload().unwrap_or_default().to_vec();
-        // The machine decoded it to decide; decoded again only for its record.
-        let log = match (&self.ctx.attempt_log, decode::<Delivery>(&value)) {
-            (Some(log), Ok(d)) => vec![log.logged(&log.parked(
-                &d,
-                ParkReason::NotDue,
-                (name, d.due_at),
-                hookline_core::epoch::millis(SystemTime::now()),
-                self.ctx.tier_read_from(key),
-            ))],
-            _ => Vec::new(),
-        };
-        self.commits.defer(Handoff {
-            key,
-            topic: topic.to_owned(),
-            partition: None,
-            record_key: msg.key().map(<[u8]>::to_vec),
-            value,
-            headers: Vec::new(),
-            written: Written::Reparked {
-                tier: name.to_owned(),
-                reason: ParkReason::NotDue,
-            },
-            disable: None,
-            log,
-        });
+        let read = (
+            msg.key().map(<[u8]>::to_vec),
+            msg.payload().unwrap_or_default().to_vec(),
+        );
+        let now_ms = hookline_core::epoch::millis(SystemTime::now());
+        match self.ctx.handoffs.repark(key, read, tier, now_ms) {
+            Ok(handoff) => self.commits.defer(handoff),
+            Err(missing) => {
+                events::missing_topic(missing);
+                self.machine.complete(key, Finished::Abandoned);
+            }
+        }
     }
 
     /// Hands a record that is not a `Delivery` to the next transaction, for the
@@ -464,13 +414,11 @@ impl Engine {
             detail = %record.detail,
             "quarantining a record that is not a Delivery"
         );
-        let topic = self.ctx.topics.quarantine();
-        self.commits.defer(quarantine::handoff(
-            (part, offset),
-            topic,
-            record,
-            unusable.reason,
-        ));
+        let handoff = self
+            .ctx
+            .handoffs
+            .quarantined((part, offset), record, unusable.reason);
+        self.commits.defer(handoff);
     }
 
     fn spawn(&mut self, key: Key, work: impl std::future::Future<Output = Ended> + Send + 'static) {
@@ -532,20 +480,17 @@ impl Engine {
                     let now = SystemTime::now();
                     let mut handoff = attempt::unattempted(&self.ctx, key, *delivery, &why, now);
                     if disable {
-                        if let Written::Dead {
-                            subscription_id,
-                            tenant_id,
-                            ..
-                        } = &handoff.written
-                        {
-                            handoff.disable = self.disabling.on_disable(
-                                &self.subs,
-                                (subscription_id, tenant_id),
-                                DisabledReason::BreakerOpen,
-                                self.ctx.topics.subscriptions(),
+                        let live = Disabling::dead_letter_subscription(&handoff)
+                            .and_then(|id| self.subs.get(id));
+                        self.disabling.disable_with(
+                            &mut handoff,
+                            live.as_deref().map(|l| &l.record),
+                            DisabledReason::BreakerOpen,
+                            (
+                                self.ctx.handoffs.topics().subscriptions(),
                                 hookline_core::epoch::millis(now),
-                            );
-                        }
+                            ),
+                        );
                     }
                     self.commits.defer(handoff);
                 }
@@ -653,77 +598,56 @@ impl Engine {
     fn park(
         &mut self,
         key: Key,
-        mut delivery: Delivery,
+        delivery: Delivery,
         tier: usize,
         until: SystemTime,
         disable: bool,
     ) {
-        let Some((name, topic)) = self.ctx.topics.retries().nth(tier) else {
-            // Unreachable: the ladder and the topics have the same tiers.
-            events::NoSuchRetryTier { tier }.emit();
-            self.machine.complete(key, Finished::Abandoned);
-            return;
-        };
-        let now = SystemTime::now();
-        delivery.due_at = hookline_core::epoch::millis(until);
+        let now_ms = hookline_core::epoch::millis(SystemTime::now());
         let disable = if disable {
+            let live = self.subs.get(&delivery.subscription_id);
             self.disabling.on_disable(
-                &self.subs,
+                live.as_deref().map(|l| &l.record),
                 (&delivery.subscription_id, &delivery.tenant_id),
                 DisabledReason::BreakerOpen,
-                self.ctx.topics.subscriptions(),
-                hookline_core::epoch::millis(now),
+                self.ctx.handoffs.topics().subscriptions(),
+                now_ms,
             )
         } else {
             None
         };
-        let log = self.ctx.attempt_log.as_ref().map_or_else(Vec::new, |log| {
-            vec![log.logged(&log.parked(
-                &delivery,
-                ParkReason::BreakerOpen,
-                (name, delivery.due_at),
-                hookline_core::epoch::millis(now),
-                self.ctx.tier_read_from(key),
-            ))]
-        });
-        self.commits.defer(Handoff {
-            key,
-            topic: topic.to_owned(),
-            partition: None,
-            record_key: Some(delivery.tenant_id.as_bytes().to_vec()),
-            value: hookline_envelope::encode(&delivery),
-            headers: Vec::new(),
-            written: Written::Reparked {
-                tier: name.to_owned(),
-                reason: ParkReason::BreakerOpen,
-            },
-            disable,
-            log,
-        });
+        let until_ms = hookline_core::epoch::millis(until);
+        match self
+            .ctx
+            .handoffs
+            .park(key, delivery, (tier, until_ms), disable, now_ms)
+        {
+            Ok(handoff) => self.commits.defer(handoff),
+            Err(missing) => {
+                events::missing_topic(missing);
+                self.machine.complete(key, Finished::Abandoned);
+            }
+        }
     }
 
-    /// A 410's dead letter takes the disabled subscription with it (`disable.rs`).
+    /// A 410's dead letter takes the disabled subscription with it.
     fn disable_if_gone(&mut self, handoff: &mut Handoff) {
-        if let Written::Dead {
-            reason: DeadLetterReason::Rejected(RejectReason::Gone),
-            subscription_id,
-            tenant_id,
-            ..
-        } = &handoff.written
-        {
-            handoff.disable = self.disabling.on_disable(
-                &self.subs,
-                (subscription_id, tenant_id),
-                DisabledReason::Gone,
-                self.ctx.topics.subscriptions(),
+        let live = Disabling::dead_letter_subscription(handoff).and_then(|id| self.subs.get(id));
+        self.disabling.disable_if_gone(
+            handoff,
+            live.as_deref().map(|l| &l.record),
+            (
+                self.ctx.handoffs.topics().subscriptions(),
                 hookline_core::epoch::millis(SystemTime::now()),
-            );
-        }
+            ),
+        );
     }
 
     fn on_tick(&mut self) {
         self.health.beat(LOOP);
-        self.disabling.prune(&self.subs);
+        let subs = &self.subs;
+        self.disabling
+            .prune(|id| subs.get(id).map(|live| live.record.version));
         self.machine.on_tick();
         self.machine.observe_backlog(SystemTime::now());
         self.ticks += 1;

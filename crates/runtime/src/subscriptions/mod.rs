@@ -5,9 +5,8 @@
 //! against half a table.
 
 mod follower;
-mod state;
 mod table;
 
 pub use follower::{follow, load_snapshot, run_with_table, Subscriptions};
-pub use state::{disabled, enabled, DisabledReason};
+pub use hookline_envelope::subscription_state::{disabled, enabled, DisabledReason};
 pub use table::{Applied, LiveSubscription, SubscriptionTable};

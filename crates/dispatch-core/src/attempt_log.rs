@@ -2,7 +2,7 @@
 //! tenant) per attempt, parking and dead-lettering, built here from what the
 //! engine decided, purely (time is passed in).
 //!
-//! Guarantees (carried out by `engine/commit.rs`):
+//! Guarantees (carried out by `crates/dispatcher/src/engine/commit.rs`):
 //! - the record of an attempt or parking with a follow-up (a retry, a park, a
 //!   dead letter) is written in the same Kafka transaction as that follow-up
 //!   and the source offset: exactly once for a `read_committed` reader;
@@ -28,28 +28,28 @@ use crate::{
 
 /// One attempt-log record to write: its topic, key and encoded value.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Logged {
+pub struct Logged {
     pub topic: String,
     pub key: Vec<u8>,
     pub value: Vec<u8>,
 }
 
 impl Logged {
-    pub(crate) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         self.key.len() + self.value.len()
     }
 }
 
 /// Where attempt records go, or `None` with `--attempt-log=false`.
 #[derive(Debug, Clone)]
-pub(crate) struct AttemptLog {
+pub struct AttemptLog {
     topic: String,
     policy_version: String,
 }
 
 /// What an attempt was, for its record.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Attempted<'a> {
+pub struct Attempted<'a> {
     /// The delivery as it was read (before this attempt).
     pub delivery: &'a Delivery,
     pub facts: &'a AttemptFacts<'a>,
@@ -64,7 +64,7 @@ pub(crate) struct Attempted<'a> {
 }
 
 impl AttemptLog {
-    pub(crate) fn new(topic: &str, policy_version: &str) -> Self {
+    pub fn new(topic: &str, policy_version: &str) -> Self {
         Self {
             topic: topic.to_owned(),
             policy_version: policy_version.to_owned(),
@@ -111,7 +111,7 @@ impl AttemptLog {
 
     /// The records of one attempt: the attempt, then its dead-lettering if it
     /// was the last.
-    pub(crate) fn attempted(&self, a: &Attempted<'_>) -> Vec<AttemptRecord> {
+    pub fn attempted(&self, a: &Attempted<'_>) -> Vec<AttemptRecord> {
         let facts = a.facts;
         let outcome = match a.follow_up {
             FollowUp::Done => "delivered",
@@ -161,11 +161,7 @@ impl AttemptLog {
 
     /// The record of a dead letter (after an attempt, or without one: its
     /// subscription is gone).
-    pub(crate) fn dead_lettered(
-        &self,
-        letter: &DeadLetter,
-        from_tier: Option<&str>,
-    ) -> AttemptRecord {
+    pub fn dead_lettered(&self, letter: &DeadLetter, from_tier: Option<&str>) -> AttemptRecord {
         let d = &letter.delivery;
         let mut r = self.base(
             d,
@@ -186,7 +182,7 @@ impl AttemptLog {
     }
 
     /// The record of a delivery parked on `tier` until `due_ms` without an attempt.
-    pub(crate) fn parked(
+    pub fn parked(
         &self,
         d: &Delivery,
         reason: ParkReason,
@@ -202,7 +198,7 @@ impl AttemptLog {
     }
 
     /// `record` ready to write.
-    pub(crate) fn logged(&self, record: &AttemptRecord) -> Logged {
+    pub fn logged(&self, record: &AttemptRecord) -> Logged {
         Logged {
             topic: self.topic.clone(),
             key: record.tenant_id.as_bytes().to_vec(),
@@ -212,7 +208,7 @@ impl AttemptLog {
 }
 
 /// Whether the attempt's result was a response (its detail is then the body).
-pub(crate) fn responded(result: &AttemptResult) -> bool {
+pub fn responded(result: &AttemptResult) -> bool {
     matches!(result, AttemptResult::Response { .. })
 }
 

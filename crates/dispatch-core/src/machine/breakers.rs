@@ -8,14 +8,14 @@ use hookline_core::{Admit, Breaker, BreakerSettings, Signal, Transition};
 
 /// The breakers of the subscriptions that have one (any failure counted).
 #[derive(Debug)]
-pub(crate) struct Breakers {
+pub struct Breakers {
     settings: BreakerSettings,
     by_subscription: HashMap<String, Breaker>,
 }
 
 /// What a start may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Decision {
+pub enum Decision {
     Send {
         probe: bool,
     },
@@ -27,7 +27,7 @@ pub(crate) enum Decision {
 }
 
 impl Breakers {
-    pub(crate) fn new(settings: BreakerSettings) -> Self {
+    pub fn new(settings: BreakerSettings) -> Self {
         Self {
             settings,
             by_subscription: HashMap::new(),
@@ -35,7 +35,7 @@ impl Breakers {
     }
 
     /// Whether a due delivery of `subscription_id` may be sent at `now`.
-    pub(crate) fn admit(&mut self, subscription_id: &str, now: SystemTime) -> Decision {
+    pub fn admit(&mut self, subscription_id: &str, now: SystemTime) -> Decision {
         if !self.settings.enabled() {
             return Decision::Send { probe: false };
         }
@@ -53,7 +53,7 @@ impl Breakers {
     }
 
     /// An attempt of `subscription_id` ended at `now` with `signal`.
-    pub(crate) fn record(
+    pub fn record(
         &mut self,
         subscription_id: &str,
         now: SystemTime,
@@ -77,7 +77,7 @@ impl Breakers {
     }
 
     /// Breakers now open or probing.
-    pub(crate) fn open(&self) -> usize {
+    pub fn open(&self) -> usize {
         self.by_subscription
             .values()
             .filter(|b| b.is_open())
@@ -85,7 +85,7 @@ impl Breakers {
     }
 
     /// Forgets the breakers that are closed with nothing counted.
-    pub(crate) fn prune(&mut self) {
+    pub fn prune(&mut self) {
         self.by_subscription.retain(|_, b| !b.is_idle());
     }
 }

@@ -3,7 +3,7 @@
 //! topic (highest version wins) takes it. The one place both the dispatcher
 //! (a 410 Gone) and `hookline-fanout subscriptions enable|disable` build it.
 
-use hookline_envelope::Subscription;
+use crate::Subscription;
 
 /// Why a subscription was disabled: its `disabled_reason`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

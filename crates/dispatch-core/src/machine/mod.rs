@@ -1,8 +1,8 @@
 //! The delivery engine's decisions, as a state machine with no I/O: records,
 //! completions, due times, assignments and revocations go in with `now`;
 //! actions (start an attempt, write to quarantine, pause/resume/rewind a
-//! partition) and notes (what to count and log) come out. The engine
-//! (`engine/`) carries them out against Kafka and tokio; the tests
+//! partition) and notes (what to count and log) come out. The dispatcher's
+//! engine carries them out against Kafka and tokio; the tests
 //! (`tests.rs`, `gate_tests.rs`) drive it without a broker.
 //!
 //! Guarantees:
@@ -52,22 +52,21 @@ use breakers::{Breakers, Decision};
 use hookline_envelope::{decode_value, Delivery, Unusable};
 
 use gate::Gate;
-pub(crate) use gate::GateAction;
+pub use gate::GateAction;
 #[cfg(test)]
-pub(crate) use gate::Hold;
-pub(crate) use gate::WriteCap;
-pub(crate) use overflow::Hot;
+pub use gate::Hold;
+pub use gate::WriteCap;
+pub use overflow::Hot;
 use overflow::Overflow;
 
 use crate::{
     attempt::{Finished, Refusal, Target},
     offsets::Offsets,
     part::{Input, Key, NoTarget, Part},
-    DispatcherError,
 };
 
 /// What the machine needs to know of the subscriptions, read when it decides.
-pub(crate) trait Directory {
+pub trait Directory {
     /// The lane settings of a subscription (unknown: one in flight, no rate).
     fn settings(&self, subscription_id: &str) -> LaneSettings;
     /// Where to send `delivery` now, or why there is nowhere: its subscription is
@@ -77,7 +76,7 @@ pub(crate) trait Directory {
 
 /// What the adapter must do.
 #[derive(Debug)]
-pub(crate) enum Action {
+pub enum Action {
     /// Pause, resume or rewind a partition.
     Gate(GateAction),
     /// Attempt `delivery` at `target` — or, with a `refusal`, fail it without
@@ -124,7 +123,7 @@ pub(crate) enum Action {
 
 /// What the adapter must count and log (each is one event).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Note {
+pub enum Note {
     /// A record of a partition not assigned here (dropped; its owner reads it).
     NotAssigned(Part, i64),
     /// A record whose offset is already tracked (dropped).
@@ -169,7 +168,7 @@ pub(crate) enum Note {
 
 /// What became of a fetched record.
 #[derive(Debug)]
-pub(crate) enum Intake {
+pub enum Intake {
     /// Queued in the lanes.
     Queued,
     /// Dropped: fetched before a rewind (fetched again), or see the notes.
@@ -217,7 +216,7 @@ enum Running {
 
 /// Counts for the gauges.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct InputCounts {
+pub struct InputCounts {
     /// Ready or due and not finished: queued, in flight, or a head past due.
     pub waiting: usize,
     /// Partitions held until their head is due.
@@ -233,7 +232,7 @@ pub(crate) struct InputCounts {
 
 /// The engine's state, without I/O.
 #[derive(Debug)]
-pub(crate) struct Machine {
+pub struct Machine {
     inputs: Vec<Input>,
     lanes: Lanes<Part>,
     offsets: Offsets,
@@ -251,13 +250,13 @@ pub(crate) struct Machine {
 }
 
 impl Machine {
-    pub(crate) fn new(
+    pub fn new(
         inputs: Vec<Input>,
         limits: LaneLimits,
         max_payload_bytes: usize,
         ladder: Ladder,
         (breaker, overflow): (BreakerSettings, OverflowSettings),
-    ) -> Result<Self, DispatcherError> {
+    ) -> Result<Self, hookline_core::LaneError> {
         Ok(Self {
             overflow: Overflow::new(&inputs, overflow),
             inputs,
@@ -274,12 +273,12 @@ impl Machine {
         })
     }
 
-    pub(crate) fn inputs(&self) -> &[Input] {
+    pub fn inputs(&self) -> &[Input] {
         &self.inputs
     }
 
     /// The partition of `input`'s topic, if it is one of ours.
-    pub(crate) fn part(&self, topic: &str, partition: i32) -> Option<Part> {
+    pub fn part(&self, topic: &str, partition: i32) -> Option<Part> {
         let input = self.inputs.iter().position(|i| i.topic == topic)?;
         Some(Part {
             input: u16::try_from(input).ok()?,
@@ -288,21 +287,21 @@ impl Machine {
     }
 
     /// The actions decided since the last call, in order.
-    pub(crate) fn take_actions(&mut self) -> Vec<Action> {
+    pub fn take_actions(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.actions)
     }
 
     /// The notes since the last call, in order.
-    pub(crate) fn take_notes(&mut self) -> Vec<Note> {
+    pub fn take_notes(&mut self) -> Vec<Note> {
         std::mem::take(&mut self.notes)
     }
 
-    pub(crate) fn offsets_mut(&mut self) -> &mut Offsets {
+    pub fn offsets_mut(&mut self) -> &mut Offsets {
         &mut self.offsets
     }
 
     /// Partitions (re)assigned: read afresh from their committed offsets.
-    pub(crate) fn assign(&mut self, parts: &[Part]) {
+    pub fn assign(&mut self, parts: &[Part]) {
         let mut out = Vec::new();
         for part in parts {
             self.offsets.assign(*part);
@@ -314,7 +313,7 @@ impl Machine {
 
     /// One fetched record of `part` at `offset` (`payload` is its value,
     /// `written_at` its Kafka timestamp when it has one).
-    pub(crate) fn on_record(
+    pub fn on_record(
         &mut self,
         part: Part,
         offset: i64,
@@ -386,12 +385,12 @@ impl Machine {
     /// A record of an overflow lane's partition is about to be given to
     /// [`on_record`](Self::on_record); `moved_from` is its source offset in
     /// `deliveries` (its `hookline-moved-from` header).
-    pub(crate) fn lane_record(&mut self, part: Part, moved_from: Option<i64>) {
+    pub fn lane_record(&mut self, part: Part, moved_from: Option<i64>) {
         self.overflow.fetched(part, moved_from);
     }
 
     /// An overflow lane's partition was read to its end.
-    pub(crate) fn lane_eof(&mut self, part: Part) {
+    pub fn lane_eof(&mut self, part: Part) {
         self.overflow.eof(part);
     }
 
@@ -401,7 +400,7 @@ impl Machine {
     /// (queued records of `deliveries` and of the lanes); a tenant promoted
     /// now has its queued records of `deliveries` withdrawn from the lanes
     /// and moved, in source order.
-    pub(crate) fn observe_backlog(&mut self, now: SystemTime) {
+    pub fn observe_backlog(&mut self, now: SystemTime) {
         if self.overflow.source().is_none() {
             return;
         }
@@ -466,7 +465,7 @@ impl Machine {
     }
 
     /// The overflow lanes' state, for the gauges and the attribution table.
-    pub(crate) fn overflow(&self) -> &Overflow {
+    pub fn overflow(&self) -> &Overflow {
         &self.overflow
     }
 
@@ -514,7 +513,7 @@ impl Machine {
     /// Work of `key` ended: an attempt, or its pending write went into a
     /// transaction. A key no longer
     /// running (abandoned by a revoke or a drain) is ignored.
-    pub(crate) fn complete(&mut self, key: Key, finished: Finished) {
+    pub fn complete(&mut self, key: Key, finished: Finished) {
         let Some(run) = self.running.remove(&key) else {
             return;
         };
@@ -527,8 +526,8 @@ impl Machine {
 
     /// An attempt ended with a follow-up to write: its lane slot is freed (the
     /// next of its lane may start), its offset stays unfinished and counts as a
-    /// pending write until [`complete`](Self::complete) (`engine/commit.rs`).
-    pub(crate) fn attempt_ended(&mut self, key: Key) {
+    /// pending write until [`complete`](Self::complete) (`crates/dispatcher/src/engine/commit.rs`).
+    pub fn attempt_ended(&mut self, key: Key) {
         let Some(run) = self.running.get(&key) else {
             return;
         };
@@ -549,7 +548,7 @@ impl Machine {
     /// before its `due_at`; its slots are freed, its offset stays unfinished, and
     /// every later record of its lane waits behind it. On a partition no longer
     /// assigned it is dropped (unfinished), for the new owner to read again.
-    pub(crate) fn hold(&mut self, key: Key, record: Delivery) {
+    pub fn hold(&mut self, key: Key, record: Delivery) {
         let Some(Running::Attempt {
             started,
             ready_since,
@@ -609,7 +608,7 @@ impl Machine {
 
     /// The task of `key` panicked: an attempt is queued again (its offset stays
     /// unfinished until one ends durably); a quarantine write stays unfinished.
-    pub(crate) fn panicked(&mut self, key: Key, now: SystemTime, dir: &impl Directory) {
+    pub fn panicked(&mut self, key: Key, now: SystemTime, dir: &impl Directory) {
         let Some(run) = self.running.remove(&key) else {
             return;
         };
@@ -631,7 +630,7 @@ impl Machine {
     /// health: its lane is charged the slot time up to `now` and its
     /// subscription's breaker is told (before
     /// [`complete`](Self::complete) or [`attempt_ended`](Self::attempt_ended)).
-    pub(crate) fn attempted(&mut self, key: Key, now: SystemTime, signal: Signal) {
+    pub fn attempted(&mut self, key: Key, now: SystemTime, signal: Signal) {
         let Some(Running::Attempt {
             started,
             delivery,
@@ -660,7 +659,7 @@ impl Machine {
     }
 
     /// Breakers open or probing now, for the gauge.
-    pub(crate) fn breakers_open(&self) -> usize {
+    pub fn breakers_open(&self) -> usize {
         self.breakers.open()
     }
 
@@ -702,14 +701,14 @@ impl Machine {
     }
 
     /// The poller answered a rewind.
-    pub(crate) fn rewound(&mut self, part: Part, generation: u64, done: bool) {
+    pub fn rewound(&mut self, part: Part, generation: u64, done: bool) {
         let mut out = Vec::new();
         self.gate.rewound(part, generation, done, &mut out);
         self.gate_actions(out);
     }
 
     /// Releases the heads due at `now`.
-    pub(crate) fn on_due(&mut self, now: SystemTime) {
+    pub fn on_due(&mut self, now: SystemTime) {
         let mut out = Vec::new();
         self.gate.due(now, &mut out);
         for action in &out {
@@ -726,7 +725,7 @@ impl Machine {
 
     /// Periodic: releases partitions the lanes drained, asks again for refused
     /// rewinds, forgets idle breakers.
-    pub(crate) fn on_tick(&mut self) {
+    pub fn on_tick(&mut self) {
         self.breakers.prune();
         let mut out = Vec::new();
         for part in self.lanes.take_resumable() {
@@ -739,7 +738,7 @@ impl Machine {
     /// When to call [`on_due`](Self::on_due) or [`start_ready`](Self::start_ready)
     /// next: a head falls due, a rate-limited lane may start, or a strict head
     /// held in place comes out of its backoff.
-    pub(crate) fn next_wakeup(&self) -> Option<SystemTime> {
+    pub fn next_wakeup(&self) -> Option<SystemTime> {
         [
             self.gate.next_wakeup(),
             self.lanes.next_rate_wakeup(),
@@ -754,7 +753,7 @@ impl Machine {
     /// their holds forgotten. Returns how many were dropped. Their running work
     /// may still complete; [`abandon`](Self::abandon) what does not, then store,
     /// commit and [`forget`](Self::forget) them.
-    pub(crate) fn revoke(&mut self, parts: &[Part]) -> usize {
+    pub fn revoke(&mut self, parts: &[Part]) -> usize {
         let mut dropped = 0;
         for part in parts {
             for offset in self.lanes.drop_partition(part) {
@@ -769,24 +768,24 @@ impl Machine {
 
     /// The lowest unfinished offset of `part` (one past the last when all are
     /// finished; `None` when nothing is tracked).
-    pub(crate) fn lowest_unfinished(&self, part: Part) -> Option<i64> {
+    pub fn lowest_unfinished(&self, part: Part) -> Option<i64> {
         self.offsets.committable(part)
     }
 
     /// Whether an offset of `part` may still be committed: it is assigned,
     /// or revoked and not yet [`forget`](Self::forget)-ten — the revoke's
     /// final commits still carry its watermark.
-    pub(crate) fn commits_offsets(&self, part: Part) -> bool {
+    pub fn commits_offsets(&self, part: Part) -> bool {
         self.offsets.is_tracked(part)
     }
 
     /// Whether work matching `which` is running.
     #[cfg(test)]
-    pub(crate) fn is_running(&self, which: impl Fn(&Key) -> bool) -> bool {
+    pub fn is_running(&self, which: impl Fn(&Key) -> bool) -> bool {
         self.running.keys().any(which)
     }
 
-    pub(crate) fn running_attempts(&self) -> usize {
+    pub fn running_attempts(&self) -> usize {
         self.running
             .values()
             .filter(|r| matches!(r, Running::Attempt { .. }))
@@ -796,7 +795,7 @@ impl Machine {
     /// Attempts in flight by class: `(first attempts, retries, overflow)`, a
     /// retry being a record of a tier (it draws on the retry share), overflow
     /// one read back from an overflow lane (it draws on the overflow share).
-    pub(crate) fn running_attempts_by_class(&self) -> (usize, usize, usize) {
+    pub fn running_attempts_by_class(&self) -> (usize, usize, usize) {
         let mut by_class = (0, 0, 0);
         for (key, run) in &self.running {
             if !matches!(run, Running::Attempt { .. }) {
@@ -814,7 +813,7 @@ impl Machine {
     /// Gives up on running work matching `which`: its offsets stay unfinished
     /// (re-attempted by whoever reads them next). Returns the keys, for the
     /// adapter to cancel.
-    pub(crate) fn abandon(&mut self, which: impl Fn(&Key) -> bool) -> Vec<Key> {
+    pub fn abandon(&mut self, which: impl Fn(&Key) -> bool) -> Vec<Key> {
         let mut keys: Vec<Key> = self.running.keys().copied().filter(|k| which(k)).collect();
         keys.sort();
         for key in &keys {
@@ -827,12 +826,12 @@ impl Machine {
     }
 
     /// Forgets revoked partitions' offsets, after their final store and commit.
-    pub(crate) fn forget(&mut self, parts: &[Part]) {
+    pub fn forget(&mut self, parts: &[Part]) {
         self.offsets.forget(parts);
     }
 
     /// Shutdown: drops every queued record (unfinished). Returns how many.
-    pub(crate) fn drop_queued(&mut self) -> usize {
+    pub fn drop_queued(&mut self) -> usize {
         let mut parts: Vec<Part> = self.queued.keys().map(|(p, _)| *p).collect();
         parts.sort();
         parts.dedup();
@@ -845,7 +844,7 @@ impl Machine {
     }
 
     /// Held partitions (any reason), ascending.
-    pub(crate) fn held(&self) -> impl Iterator<Item = Part> + '_ {
+    pub fn held(&self) -> impl Iterator<Item = Part> + '_ {
         self.gate.held()
     }
 
@@ -853,7 +852,7 @@ impl Machine {
     /// or too many pending writes; not a head not yet due, nor a rewind — and
     /// the next offset each fetches: [`counts`](Self::counts) cannot see those
     /// records, so the engine peeks at that offset (`backlog.rs`).
-    pub(crate) fn unfetched_behind(&self) -> Vec<(Part, i64)> {
+    pub fn unfetched_behind(&self) -> Vec<(Part, i64)> {
         use gate::Hold;
         self.gate
             .held()
@@ -868,7 +867,7 @@ impl Machine {
 
     /// The next offset an assigned partition fetches (one past the last record
     /// it handed the machine), if it has handed any since its assignment.
-    pub(crate) fn next_to_fetch(&self, part: Part) -> Option<i64> {
+    pub fn next_to_fetch(&self, part: Part) -> Option<i64> {
         if !self.gate.is_assigned(part) {
             return None;
         }
@@ -876,7 +875,7 @@ impl Machine {
     }
 
     /// Per input (indexed like the inputs), what waits and since when.
-    pub(crate) fn counts(&self, now: SystemTime) -> Vec<InputCounts> {
+    pub fn counts(&self, now: SystemTime) -> Vec<InputCounts> {
         let mut counts = vec![InputCounts::default(); self.inputs.len()];
         let earlier = |slot: &mut Option<SystemTime>, t: SystemTime| {
             if slot.is_none_or(|o| t < o) {
@@ -906,7 +905,7 @@ impl Machine {
         counts
     }
 
-    pub(crate) fn lanes(&self) -> &Lanes<Part> {
+    pub fn lanes(&self) -> &Lanes<Part> {
         &self.lanes
     }
 

@@ -19,7 +19,7 @@ use crate::part::Part;
 
 /// Why a partition is held. Each is set and cleared by its own events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) enum Hold {
+pub enum Hold {
     /// The lanes' buffer for the partition (or the total buffer) is full;
     /// released when the lanes report it below its low water.
     Buffer,
@@ -34,10 +34,10 @@ pub(crate) enum Hold {
 }
 
 impl Hold {
-    pub(crate) const ALL: [Hold; 4] = [Hold::Buffer, Hold::Writes, Hold::NotDue, Hold::Rewinding];
+    pub const ALL: [Hold; 4] = [Hold::Buffer, Hold::Writes, Hold::NotDue, Hold::Rewinding];
 
     /// The metric label of the reason (`buffer`, `writes`, `not_due`, `rewinding`).
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Hold::Buffer => "buffer",
             Hold::Writes => "writes",
@@ -49,7 +49,7 @@ impl Hold {
 
 /// What the adapter must do to the consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GateAction {
+pub enum GateAction {
     /// Pause fetching the partition (the reason is for the counter and log).
     Pause { part: Part, reason: Hold },
     /// Resume fetching it.
@@ -73,10 +73,10 @@ struct Rewind {
 
 /// The pending writes of one partition at which it is paused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct WriteCap {
-    pub(crate) records: usize,
+pub struct WriteCap {
+    pub records: usize,
     /// Bytes of the records those writes hold (their payloads).
-    pub(crate) bytes: usize,
+    pub bytes: usize,
 }
 
 impl WriteCap {
@@ -92,7 +92,7 @@ impl WriteCap {
     /// tenants behind it waited; a 100,000-record burst took ~2.5 s to move at
     /// 2,048 and ~1.7 s at 8,192 (README, "Isolation with a 100,000-delivery
     /// whale").
-    pub(crate) const PARTITION: Self = Self {
+    pub const PARTITION: Self = Self {
         records: 8_192,
         bytes: 8 << 20,
     };
@@ -112,7 +112,7 @@ struct Entry {
 
 /// The gate of every assigned partition.
 #[derive(Debug)]
-pub(crate) struct Gate {
+pub struct Gate {
     parts: BTreeMap<Part, Entry>,
     /// Heads not yet due, by partition: the `NotDue` reason.
     timers: DueTimers<Part>,
@@ -121,7 +121,7 @@ pub(crate) struct Gate {
 }
 
 impl Gate {
-    pub(crate) fn new(writes_cap: WriteCap) -> Self {
+    pub fn new(writes_cap: WriteCap) -> Self {
         Self {
             parts: BTreeMap::new(),
             timers: DueTimers::new(),
@@ -131,24 +131,24 @@ impl Gate {
     }
 
     /// A partition (re)assigned: no reasons, and resumed whatever librdkafka kept.
-    pub(crate) fn assign(&mut self, part: Part, out: &mut Vec<GateAction>) {
+    pub fn assign(&mut self, part: Part, out: &mut Vec<GateAction>) {
         self.parts.insert(part, Entry::default());
         self.timers.cancel(&part);
         out.push(GateAction::Resume(part));
     }
 
     /// A partition revoked: forgotten with its reasons; nothing resumes it.
-    pub(crate) fn revoke(&mut self, part: Part) {
+    pub fn revoke(&mut self, part: Part) {
         self.parts.remove(&part);
         self.timers.cancel(&part);
     }
 
-    pub(crate) fn is_assigned(&self, part: Part) -> bool {
+    pub fn is_assigned(&self, part: Part) -> bool {
         self.parts.contains_key(&part)
     }
 
     /// Whether `reason` holds `part` now.
-    pub(crate) fn holds(&self, part: Part, reason: Hold) -> bool {
+    pub fn holds(&self, part: Part, reason: Hold) -> bool {
         let Some(e) = self.parts.get(&part) else {
             return false;
         };
@@ -161,18 +161,18 @@ impl Gate {
     }
 
     /// Whether any reason holds `part`.
-    pub(crate) fn is_held(&self, part: Part) -> bool {
+    pub fn is_held(&self, part: Part) -> bool {
         Hold::ALL.iter().any(|r| self.holds(part, *r))
     }
 
     /// Whether records of `part` fetched now are stale: a rewind is under way,
     /// so they were fetched before the seek and will be fetched again.
-    pub(crate) fn is_rewinding(&self, part: Part) -> bool {
+    pub fn is_rewinding(&self, part: Part) -> bool {
         self.holds(part, Hold::Rewinding)
     }
 
     /// The lanes' buffer for `part` is full.
-    pub(crate) fn hold_buffer(&mut self, part: Part, out: &mut Vec<GateAction>) {
+    pub fn hold_buffer(&mut self, part: Part, out: &mut Vec<GateAction>) {
         let Some(e) = self.parts.get_mut(&part) else {
             return;
         };
@@ -181,7 +181,7 @@ impl Gate {
     }
 
     /// The lanes report `part` drained below its low water.
-    pub(crate) fn release_buffer(&mut self, part: Part, out: &mut Vec<GateAction>) {
+    pub fn release_buffer(&mut self, part: Part, out: &mut Vec<GateAction>) {
         if let Some(e) = self.parts.get_mut(&part) {
             e.buffer = false;
             self.maybe_resume(part, out);
@@ -190,7 +190,7 @@ impl Gate {
 
     /// A write of `part` holding `bytes` became pending (a quarantined
     /// record, a move, a follow-up).
-    pub(crate) fn write_started(&mut self, part: Part, bytes: usize, out: &mut Vec<GateAction>) {
+    pub fn write_started(&mut self, part: Part, bytes: usize, out: &mut Vec<GateAction>) {
         let cap = self.writes_cap;
         let Some(e) = self.parts.get_mut(&part) else {
             return;
@@ -205,7 +205,7 @@ impl Gate {
 
     /// A pending write of `part` holding `bytes` went into a transaction (or
     /// was abandoned).
-    pub(crate) fn write_ended(&mut self, part: Part, bytes: usize, out: &mut Vec<GateAction>) {
+    pub fn write_ended(&mut self, part: Part, bytes: usize, out: &mut Vec<GateAction>) {
         let cap = self.writes_cap;
         let Some(e) = self.parts.get_mut(&part) else {
             return;
@@ -220,7 +220,7 @@ impl Gate {
 
     /// The head of tier partition `part` at `offset` is due at `until`: hold it
     /// until then, and have the poller pause it and seek back to the head.
-    pub(crate) fn hold_until(
+    pub fn hold_until(
         &mut self,
         part: Part,
         offset: i64,
@@ -250,13 +250,7 @@ impl Gate {
 
     /// The poller answered rewind `generation` of `part`: carried out (`done`),
     /// or refused (a rebalance came between, or the seek failed).
-    pub(crate) fn rewound(
-        &mut self,
-        part: Part,
-        generation: u64,
-        done: bool,
-        out: &mut Vec<GateAction>,
-    ) {
+    pub fn rewound(&mut self, part: Part, generation: u64, done: bool, out: &mut Vec<GateAction>) {
         let Some(e) = self.parts.get_mut(&part) else {
             return; // revoked meanwhile: the new assignment starts afresh
         };
@@ -275,7 +269,7 @@ impl Gate {
     }
 
     /// Asks again for every refused rewind of a partition still ours.
-    pub(crate) fn retry_rewinds(&mut self, out: &mut Vec<GateAction>) {
+    pub fn retry_rewinds(&mut self, out: &mut Vec<GateAction>) {
         for (part, e) in &mut self.parts {
             if let Some(rewind) = e.rewind.as_mut().filter(|r| r.again) {
                 rewind.again = false;
@@ -289,30 +283,30 @@ impl Gate {
     }
 
     /// Releases every head due at `now`.
-    pub(crate) fn due(&mut self, now: SystemTime, out: &mut Vec<GateAction>) {
+    pub fn due(&mut self, now: SystemTime, out: &mut Vec<GateAction>) {
         for part in self.timers.due(now) {
             self.maybe_resume(part, out);
         }
     }
 
     /// The earliest time a `NotDue` hold is released.
-    pub(crate) fn next_wakeup(&self) -> Option<SystemTime> {
+    pub fn next_wakeup(&self) -> Option<SystemTime> {
         self.timers.next_wakeup()
     }
 
     /// Every held partition, ascending: their lag is expected, not a stall.
-    pub(crate) fn held(&self) -> impl Iterator<Item = Part> + '_ {
+    pub fn held(&self) -> impl Iterator<Item = Part> + '_ {
         self.parts.keys().copied().filter(|p| self.is_held(*p))
     }
 
     /// Heads not yet due and when they are due.
-    pub(crate) fn not_due(&self) -> impl Iterator<Item = (Part, SystemTime)> + '_ {
+    pub fn not_due(&self) -> impl Iterator<Item = (Part, SystemTime)> + '_ {
         self.timers.iter().map(|(p, at)| (*p, at))
     }
 
     /// Whether librdkafka was last asked to pause `part` (for tests).
     #[cfg(test)]
-    pub(crate) fn is_paused(&self, part: Part) -> bool {
+    pub fn is_paused(&self, part: Part) -> bool {
         self.parts.get(&part).is_some_and(|e| e.paused)
     }
 

@@ -1,6 +1,6 @@
 //! The one home of offsets: each assigned partition's watermark (the lowest
 //! offset not yet finished). Only a watermark is ever committed, and only in a
-//! transaction with the follow-ups of the records below it (`engine/commit.rs`),
+//! transaction with the follow-ups of the records below it (`crates/dispatcher/src/engine/commit.rs`),
 //! so the committed offset never passes a record that is queued, in flight, or
 //! whose follow-up is not committed with it: a crash re-attempts (with the same
 //! `webhook-id`) rather than loses.
@@ -20,22 +20,22 @@ struct Tracked {
 
 /// Watermarks of the assigned partitions.
 #[derive(Debug, Default)]
-pub(crate) struct Offsets {
+pub struct Offsets {
     parts: BTreeMap<Part, Tracked>,
 }
 
 impl Offsets {
     /// Starts a partition afresh (on assignment): it is read from its committed offset.
-    pub(crate) fn assign(&mut self, part: Part) {
+    pub fn assign(&mut self, part: Part) {
         self.parts.insert(part, Tracked::default());
     }
 
-    pub(crate) fn track(&mut self, part: Part, offset: i64) -> Result<(), WatermarkError> {
+    pub fn track(&mut self, part: Part, offset: i64) -> Result<(), WatermarkError> {
         self.parts.entry(part).or_default().watermark.track(offset)
     }
 
     /// Marks a record done; a partition no longer assigned is ignored.
-    pub(crate) fn finish(&mut self, part: Part, offset: i64) -> Result<(), WatermarkError> {
+    pub fn finish(&mut self, part: Part, offset: i64) -> Result<(), WatermarkError> {
         match self.parts.get_mut(&part) {
             Some(t) => t.watermark.finish(offset),
             None => Ok(()),
@@ -43,21 +43,21 @@ impl Offsets {
     }
 
     /// The lowest unfinished offset of `part`, or one past the last tracked.
-    pub(crate) fn committable(&self, part: Part) -> Option<i64> {
+    pub fn committable(&self, part: Part) -> Option<i64> {
         self.parts.get(&part)?.watermark.committable()
     }
 
     /// The next offset the partition's consumer fetches: one past the last
     /// tracked (`None` when nothing is tracked since the assignment or a full
     /// reset).
-    pub(crate) fn next_to_fetch(&self, part: Part) -> Option<i64> {
+    pub fn next_to_fetch(&self, part: Part) -> Option<i64> {
         Some(self.parts.get(&part)?.watermark.last_tracked()? + 1)
     }
 
     /// For a seek back to `offset`: forgets that offset and every later one (they
     /// are fetched and tracked again), via `PartitionWatermark::reset_to`, so the
     /// committed offset never passes them. Returns how many unfinished were dropped.
-    pub(crate) fn reset_to(&mut self, part: Part, offset: i64) -> usize {
+    pub fn reset_to(&mut self, part: Part, offset: i64) -> usize {
         self.parts
             .get_mut(&part)
             .map_or(0, |t| t.watermark.reset_to(offset))
@@ -66,12 +66,12 @@ impl Offsets {
     /// Whether `part` has a watermark: assigned, or revoked and not yet
     /// [`forget`](Self::forget)-ten (its revoke's final commit still carries
     /// its offset).
-    pub(crate) fn is_tracked(&self, part: Part) -> bool {
+    pub fn is_tracked(&self, part: Part) -> bool {
         self.parts.contains_key(&part)
     }
 
     /// Forgets partitions (after their final commit on revoke).
-    pub(crate) fn forget(&mut self, parts: &[Part]) {
+    pub fn forget(&mut self, parts: &[Part]) {
         for p in parts {
             self.parts.remove(p);
         }
@@ -80,7 +80,7 @@ impl Offsets {
     /// What the next transaction commits: each partition's watermark, but no
     /// further than `cap` (the offset of its first record whose follow-up is
     /// not in that transaction), where that is past what was last committed.
-    pub(crate) fn to_commit(&self, cap: impl Fn(Part) -> Option<i64>) -> Vec<(Part, i64)> {
+    pub fn to_commit(&self, cap: impl Fn(Part) -> Option<i64>) -> Vec<(Part, i64)> {
         self.parts
             .iter()
             .filter_map(|(part, t)| {
@@ -95,7 +95,7 @@ impl Offsets {
 
     /// Records offsets as committed (their transaction committed); a partition
     /// no longer assigned is ignored.
-    pub(crate) fn committed(&mut self, offsets: &[(Part, i64)]) {
+    pub fn committed(&mut self, offsets: &[(Part, i64)]) {
         for (part, offset) in offsets {
             if let Some(t) = self.parts.get_mut(part) {
                 t.committed = Some(*offset);

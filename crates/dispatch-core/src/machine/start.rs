@@ -12,7 +12,7 @@ use std::time::SystemTime;
 use hookline_core::Started;
 
 use super::{Action, Decision, Directory, Machine, Note, Running};
-use hookline_runtime::subscriptions::DisabledReason;
+use hookline_envelope::subscription_state::DisabledReason;
 
 use crate::{
     attempt::Refusal,
@@ -21,7 +21,7 @@ use crate::{
 
 impl Machine {
     /// Starts every record the lanes allow at `now`.
-    pub(crate) fn start_ready(&mut self, now: SystemTime, dir: &impl Directory) {
+    pub fn start_ready(&mut self, now: SystemTime, dir: &impl Directory) {
         while let Some(started) = self.lanes.pop_ready_at(now) {
             let key = (started.job.partition, started.job.offset);
             let Some(queued) = self.queued.remove(&key) else {

@@ -2,7 +2,7 @@
 //! (a retry on its tier, a dead letter, a quarantined record), each with the
 //! source record it finishes. They are not produced where they are decided:
 //! the engine commits them together with the source partitions' offsets in a
-//! Kafka transaction (`engine/commit.rs`), so a crash or a zombie replica can
+//! Kafka transaction (`crates/dispatcher/src/engine/commit.rs`), so a crash or a zombie replica can
 //! neither write one twice nor lose one, and a retry chain never forks.
 //!
 //! [`Pending`] is the bookkeeping of what waits for a transaction, with no
@@ -25,32 +25,30 @@
 
 use std::{
     collections::{BTreeMap, VecDeque},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use hookline_core::DeadLetterReason;
+use hookline_envelope::subscription_state::DisabledReason;
 use hookline_envelope::{QuarantineReason, QuarantinedEvent, Subscription};
-use hookline_runtime::subscriptions::DisabledReason;
-use tokio::time::Instant;
 
 use crate::{
     attempt_log::Logged,
-    events,
     part::{Key, ParkReason, Part},
 };
 
 /// First back-off of a suspect partition (and of a failed offsets-only
 /// transaction); doubled while it keeps failing, up to [`MAX_BACKOFF`].
-pub(crate) const RETRY_BACKOFF: Duration = Duration::from_millis(500);
-pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub const RETRY_BACKOFF: Duration = Duration::from_millis(500);
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Most hand-offs in one transaction.
-pub(crate) const MAX_HANDOFFS: usize = 5_000;
+pub const MAX_HANDOFFS: usize = 5_000;
 /// Most hand-off bytes in one transaction (bounds its memory with large payloads).
-pub(crate) const MAX_BYTES: usize = 16 * 1024 * 1024;
+pub const MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// A record to write in the next transaction, and the source record it finishes.
 #[derive(Debug, Clone)]
-pub(crate) struct Handoff {
+pub struct Handoff {
     /// The source record, finished by the transaction that writes this.
     pub key: Key,
     pub topic: String,
@@ -63,7 +61,7 @@ pub(crate) struct Handoff {
     /// What to count and log once the transaction commits.
     pub written: Written,
     /// Written in the same transaction: the subscription written back disabled,
-    /// after its endpoint answered 410 Gone (`engine/disable.rs`).
+    /// after its endpoint answered 410 Gone (`crates/dispatcher/src/engine/disable.rs`).
     pub disable: Option<Box<Disable>>,
     /// Written in the same transaction: the attempt log's records of what led
     /// to this hand-off (`attempt_log.rs`); empty when the log is off.
@@ -72,7 +70,7 @@ pub(crate) struct Handoff {
 
 /// A subscription record to write with a hand-off.
 #[derive(Debug, Clone)]
-pub(crate) struct Disable {
+pub struct Disable {
     /// The `subscriptions` topic.
     pub topic: String,
     /// The record as written: disabled, its next version.
@@ -82,7 +80,7 @@ pub(crate) struct Disable {
 
 /// What a hand-off is, for the events emitted once it is committed.
 #[derive(Debug, Clone)]
-pub(crate) enum Written {
+pub enum Written {
     Retry {
         tier: String,
         delivery_id: String,
@@ -111,7 +109,7 @@ pub(crate) enum Written {
 
 impl Handoff {
     /// Bytes this hand-off holds (its key and value), for the batch bound.
-    pub(crate) fn bytes(&self) -> usize {
+    pub fn bytes(&self) -> usize {
         // A subscription record is small; counted by its URL and id, the bulk of it.
         let disable = self.disable.as_ref().map_or(0, |d| {
             d.record.url.len() + d.record.subscription_id.len() + d.record.secret_ref.len()
@@ -120,43 +118,6 @@ impl Handoff {
             + self.record_key.as_ref().map_or(0, Vec::len)
             + disable
             + self.log.iter().map(Logged::bytes).sum::<usize>()
-    }
-
-    /// Counts and logs the record as written (its transaction committed).
-    pub(crate) fn emit_written(&self) {
-        match &self.written {
-            Written::Retry { tier, delivery_id } => {
-                events::RetryWritten { tier, delivery_id }.emit()
-            }
-            Written::Dead {
-                reason,
-                delivery_id,
-                ..
-            } => events::DeadLettered {
-                reason: *reason,
-                delivery_id,
-            }
-            .emit(),
-            Written::Quarantined { reason, record } => events::Quarantined {
-                topic: &self.topic,
-                record,
-                reason: *reason,
-            }
-            .emit(),
-            Written::Reparked { tier, reason } => events::Parked {
-                tier,
-                reason: *reason,
-            }
-            .emit(),
-            Written::Moved { lane } => crate::metrics::moved(*lane),
-        }
-        if let Some(d) = &self.disable {
-            events::SubscriptionDisabled {
-                record: &d.record,
-                reason: d.reason,
-            }
-            .emit();
-        }
     }
 }
 
@@ -170,14 +131,14 @@ struct Suspect {
 /// The hand-offs of one transaction; `solo` when it is a suspect partition's
 /// alone.
 #[derive(Debug, Default)]
-pub(crate) struct Batch {
+pub struct Batch {
     pub handoffs: Vec<Handoff>,
     pub solo: Option<Part>,
 }
 
 /// What waits for a transaction.
 #[derive(Debug, Default)]
-pub(crate) struct Pending {
+pub struct Pending {
     /// Not yet finished, per partition by offset: their source records still
     /// count as running.
     deferred: BTreeMap<Part, BTreeMap<i64, Handoff>>,
@@ -187,7 +148,7 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    pub(crate) fn defer(&mut self, handoff: Handoff) {
+    pub fn defer(&mut self, handoff: Handoff) {
         let (part, offset) = handoff.key;
         self.deferred
             .entry(part)
@@ -196,7 +157,7 @@ impl Pending {
     }
 
     /// Partitions with deferred hand-offs that may be finished (not suspect).
-    pub(crate) fn ready_parts(&self) -> Vec<Part> {
+    pub fn ready_parts(&self) -> Vec<Part> {
         self.deferred
             .keys()
             .filter(|p| !self.suspect.contains_key(p))
@@ -209,7 +170,7 @@ impl Pending {
     /// machine to finish; `None` when the record there is not a deferred
     /// hand-off (an attempt still running, or a queued record), or the
     /// partition is suspect.
-    pub(crate) fn finish_lowest(&mut self, part: Part, lowest: i64) -> Option<Key> {
+    pub fn finish_lowest(&mut self, part: Part, lowest: i64) -> Option<Key> {
         if self.suspect.contains_key(&part) {
             return None;
         }
@@ -225,7 +186,7 @@ impl Pending {
     /// The next transaction's hand-offs: a due suspect partition's alone, else
     /// every healthy partition's, within [`MAX_HANDOFFS`] and [`MAX_BYTES`]
     /// (one at least).
-    pub(crate) fn take(&mut self, now: Instant) -> Batch {
+    pub fn take(&mut self, now: Instant) -> Batch {
         let due = self
             .suspect
             .iter()
@@ -268,12 +229,12 @@ impl Pending {
 
     /// How far `part`'s offset may go in a transaction without the hand-offs
     /// left out of it: the offset of its first one still unsent.
-    pub(crate) fn cap(&self, part: Part) -> Option<i64> {
+    pub fn cap(&self, part: Part) -> Option<i64> {
         self.unsent.get(&part)?.front().map(|h| h.key.1)
     }
 
     /// The batch committed: a suspect tried alone is healthy again.
-    pub(crate) fn committed(&mut self, batch: &Batch) {
+    pub fn committed(&mut self, batch: &Batch) {
         if let Some(part) = batch.solo {
             self.suspect.remove(&part);
         }
@@ -284,12 +245,7 @@ impl Pending {
     /// partitions become suspect (a suspect tried alone again doubles its
     /// back-off); the others' are dropped. Returns whether the batch had no
     /// hand-offs (then only the caller's offsets-only back-off applies).
-    pub(crate) fn failed(
-        &mut self,
-        batch: Batch,
-        now: Instant,
-        keep: impl Fn(Part) -> bool,
-    ) -> bool {
+    pub fn failed(&mut self, batch: Batch, now: Instant, keep: impl Fn(Part) -> bool) -> bool {
         let Batch { handoffs, solo } = batch;
         let empty = handoffs.is_empty();
         for h in handoffs.into_iter().rev() {
@@ -316,7 +272,7 @@ impl Pending {
 
     /// Forgets hand-offs of source records matching `which` (abandoned, or
     /// their partition is gone).
-    pub(crate) fn forget(&mut self, which: impl Fn(&Key) -> bool) {
+    pub fn forget(&mut self, which: impl Fn(&Key) -> bool) {
         for queue in self.deferred.values_mut() {
             queue.retain(|_, h| !which(&h.key));
         }
@@ -331,17 +287,17 @@ impl Pending {
     }
 
     /// The earliest time a suspect partition is due again.
-    pub(crate) fn next_retry(&self) -> Option<Instant> {
+    pub fn next_retry(&self) -> Option<Instant> {
         self.suspect.values().map(|s| s.retry_at).min()
     }
 
     /// Whether anything waits (deferred or unsent).
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.deferred.is_empty() && self.unsent.is_empty()
     }
 
     /// How many hand-offs wait, deferred and unsent.
-    pub(crate) fn len(&self) -> (usize, usize) {
+    pub fn len(&self) -> (usize, usize) {
         (
             self.deferred.values().map(BTreeMap::len).sum(),
             self.unsent.values().map(VecDeque::len).sum(),

@@ -3,7 +3,7 @@
 //! ladder picks (`Retry-After` honoured exactly; never due earlier than the ladder
 //! step, except a throttle, which waits its hint alone),
 //! or a dead letter — rejected, or exhausted by `max_attempts` / `max_age`. The
-//! source record is finished only after the follow-up is durable (attempt.rs).
+//! source record is finished only after the follow-up is durable (`crates/dispatcher/src/attempt.rs`).
 
 use hookline_core::{epoch, Classification, DeadLetterReason, Ladder, RetryDecision, Verdict};
 use hookline_envelope::{bounded_detail, DeadLetter, Delivery};
@@ -13,22 +13,22 @@ use crate::part::NoTarget;
 /// How retries are scheduled: the ladder, and the version string stamped on every
 /// retry and dead letter it decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RetryPolicy {
+pub struct RetryPolicy {
     ladder: Ladder,
     version: String,
 }
 
 impl RetryPolicy {
-    pub(crate) fn new(ladder: Ladder) -> Self {
+    pub fn new(ladder: Ladder) -> Self {
         let version = policy_version(&ladder);
         Self { ladder, version }
     }
 
-    pub(crate) fn version(&self) -> &str {
+    pub fn version(&self) -> &str {
         &self.version
     }
 
-    pub(crate) fn ladder(&self) -> &Ladder {
+    pub fn ladder(&self) -> &Ladder {
         &self.ladder
     }
 }
@@ -37,7 +37,7 @@ impl RetryPolicy {
 /// and delays, max attempts, max age, jitter, and max retry-after when it is not
 /// the default): equal ladders give equal versions on
 /// every replica and every release, so a dead letter says which policy decided it.
-pub(crate) fn policy_version(ladder: &Ladder) -> String {
+pub fn policy_version(ladder: &Ladder) -> String {
     let mut canonical = String::new();
     for t in ladder.tiers() {
         canonical.push_str(&format!("{}={}ms,", t.name, t.delay.as_millis()));
@@ -64,7 +64,7 @@ pub(crate) fn policy_version(ladder: &Ladder) -> String {
 
 /// The follow-up of one attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum FollowUp {
+pub enum FollowUp {
     /// Delivered: finish the source record.
     Done,
     /// Write `record` to retry tier `tier` (index into the ladder), then finish.
@@ -82,7 +82,7 @@ pub(crate) enum FollowUp {
 
 /// When and how an attempt went, for the follow-up records.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct AttemptFacts<'a> {
+pub struct AttemptFacts<'a> {
     pub classification: Classification,
     /// When the attempt started, ms since the epoch.
     pub started_ms: i64,
@@ -94,7 +94,7 @@ pub(crate) struct AttemptFacts<'a> {
 
 /// Decides the follow-up of an attempt on `delivery`; `jitter_unit` in [0, 1]
 /// picks the retry's jitter (see `Ladder::decide`).
-pub(crate) fn plan(
+pub fn plan(
     delivery: &Delivery,
     facts: &AttemptFacts<'_>,
     policy: &RetryPolicy,
@@ -166,7 +166,7 @@ pub(crate) fn plan(
 /// as they do on the tiers), unless being due then would leave it at the head
 /// longer than `head_wait` after its first attempt: then it is dead-lettered
 /// `head_wait`, and the next goes. Anything else is as [`plan`] decided.
-pub(crate) fn strict(
+pub fn strict(
     follow_up: FollowUp,
     facts: &AttemptFacts<'_>,
     policy: &RetryPolicy,
@@ -209,7 +209,7 @@ pub(crate) fn strict(
 /// The dead letter of a delivery not attempted because its subscription has gone
 /// (`why`: disabled, deleted, another tenant's): the delivery as it came, no attempt
 /// added, so that `replay` sends it exactly as it would have been sent.
-pub(crate) fn unattempted(
+pub fn unattempted(
     delivery: Delivery,
     why: &NoTarget,
     policy: &RetryPolicy,
@@ -230,7 +230,7 @@ pub(crate) fn unattempted(
 
 /// A throttle, which waits its hint without climbing the ladder: a 429, or a 503
 /// that says when to come back.
-pub(crate) fn is_throttle(status: Option<u16>, has_hint: bool) -> bool {
+pub fn is_throttle(status: Option<u16>, has_hint: bool) -> bool {
     matches!(status, Some(429)) || (matches!(status, Some(503)) && has_hint)
 }
 

@@ -12,7 +12,7 @@
 //! lane `Topics::lane_of(tenant)`, in the transaction that commits its source
 //! offset (a hand-off like a retry: never lost, never doubled). The replica
 //! that owns `deliveries` partition `p` also reads partition `p` of every lane
-//! (`engine/lanes.rs` assigns them with it), so both FIFOs of a subscription
+//! (`crates/dispatcher/src/engine/lanes.rs` assigns them with it), so both FIFOs of a subscription
 //! feed the same lane of `hookline_core::Lanes` in this replica.
 //!
 //! Order for `max_in_flight = 1` (first attempts start in event order) holds
@@ -57,11 +57,11 @@ impl LaneSync {
 }
 
 /// A (partition of `deliveries`, tenant) the controller promotes.
-pub(crate) type Hot = (i32, String);
+pub type Hot = (i32, String);
 
 /// The overflow state of one machine.
 #[derive(Debug)]
-pub(crate) struct Overflow {
+pub struct Overflow {
     /// The `deliveries` input, when lanes are on.
     source: Option<u16>,
     /// The input of lane `k`, by `k`.
@@ -76,7 +76,7 @@ pub(crate) struct Overflow {
 }
 
 impl Overflow {
-    pub(crate) fn new(inputs: &[Input], settings: OverflowSettings) -> Self {
+    pub fn new(inputs: &[Input], settings: OverflowSettings) -> Self {
         let mut lanes: Vec<(usize, u16)> = inputs
             .iter()
             .enumerate()
@@ -104,16 +104,16 @@ impl Overflow {
     }
 
     /// The lane index of `part`, when it is a lane's partition.
-    pub(crate) fn lane_of_part(&self, part: Part) -> Option<usize> {
+    pub fn lane_of_part(&self, part: Part) -> Option<usize> {
         self.lanes.iter().position(|i| *i == part.input)
     }
 
-    pub(crate) fn is_source(&self, part: Part) -> bool {
+    pub fn is_source(&self, part: Part) -> bool {
         self.source == Some(part.input)
     }
 
     /// The partition of lane `lane` that mirrors `partition` of `deliveries`.
-    pub(crate) fn lane_part(&self, lane: usize, partition: i32) -> Option<Part> {
+    pub fn lane_part(&self, lane: usize, partition: i32) -> Option<Part> {
         Some(Part {
             input: *self.lanes.get(lane)?,
             partition,
@@ -123,7 +123,7 @@ impl Overflow {
     /// Where a fetched record of `deliveries` of `tenant_id` goes:
     /// `Some(lane)` to be moved there, `None` to be buffered here. `ordered`:
     /// its subscription starts one at a time (`max_in_flight = 1`).
-    pub(crate) fn route(&self, part: Part, tenant_id: &str, ordered: bool) -> Option<usize> {
+    pub fn route(&self, part: Part, tenant_id: &str, ordered: bool) -> Option<usize> {
         if !self.is_source(part) {
             return None;
         }
@@ -140,12 +140,12 @@ impl Overflow {
     }
 
     /// The lane a tenant's records move to.
-    pub(crate) fn lane_for(&self, tenant_id: &str) -> usize {
+    pub fn lane_for(&self, tenant_id: &str) -> usize {
         Topics::lane_of(tenant_id, self.lanes.len())
     }
 
     /// A move of `key` to `lane` was handed off.
-    pub(crate) fn moving(&mut self, key: Key, lane: usize) {
+    pub fn moving(&mut self, key: Key, lane: usize) {
         self.sync
             .entry((lane, key.0.partition))
             .or_default()
@@ -154,7 +154,7 @@ impl Overflow {
     }
 
     /// Work of `key` ended: when it was a move, `durable` says it committed.
-    pub(crate) fn ended(&mut self, key: Key, durable: bool) {
+    pub fn ended(&mut self, key: Key, durable: bool) {
         let Some(lane) = self.moving.remove(&key) else {
             return;
         };
@@ -168,7 +168,7 @@ impl Overflow {
 
     /// A record of lane partition `part` was fetched; `moved_from` is its
     /// source offset (its `hookline-moved-from` header).
-    pub(crate) fn fetched(&mut self, part: Part, moved_from: Option<i64>) {
+    pub fn fetched(&mut self, part: Part, moved_from: Option<i64>) {
         let Some(lane) = self.lane_of_part(part) else {
             return;
         };
@@ -177,14 +177,14 @@ impl Overflow {
     }
 
     /// Lane partition `part` was read to its end.
-    pub(crate) fn eof(&mut self, part: Part) {
+    pub fn eof(&mut self, part: Part) {
         if let Some(lane) = self.lane_of_part(part) {
             self.sync.entry((lane, part.partition)).or_default().eof = true;
         }
     }
 
     /// Partitions (re)assigned or revoked: what was known of them is forgotten.
-    pub(crate) fn reset(&mut self, part: Part) {
+    pub fn reset(&mut self, part: Part) {
         if let Some(lane) = self.lane_of_part(part) {
             self.sync.remove(&(lane, part.partition));
         }
@@ -204,7 +204,7 @@ impl Overflow {
     /// the last look keeps this to a map lookup a record; the look itself
     /// walks the buffer, at most once per `promote_at_once_records` records
     /// queued (also when no lane is free).
-    pub(crate) fn arrived(&mut self, part: Part, tenant_id: &str) -> bool {
+    pub fn arrived(&mut self, part: Part, tenant_id: &str) -> bool {
         let at_once = self.promotions.settings().promote_at_once_records;
         if at_once == 0 || !self.is_source(part) {
             return false;
@@ -225,7 +225,7 @@ impl Overflow {
 
     /// One observation of the backlog (records buffered and not started, from
     /// `deliveries` and the lanes, by partition and tenant).
-    pub(crate) fn observe(
+    pub fn observe(
         &mut self,
         backlog: HashMap<Hot, usize>,
         now: std::time::SystemTime,
@@ -236,30 +236,30 @@ impl Overflow {
 
     /// Whether `part`'s records count in the backlog the controller sees, and
     /// as which partition of `deliveries`.
-    pub(crate) fn backlog_partition(&self, part: Part) -> Option<i32> {
+    pub fn backlog_partition(&self, part: Part) -> Option<i32> {
         (self.is_source(part) || self.lane_of_part(part).is_some()).then_some(part.partition)
     }
 
-    pub(crate) fn source(&self) -> Option<u16> {
+    pub fn source(&self) -> Option<u16> {
         self.source
     }
 
     /// Promoted (partition, tenant) pairs, and since when.
-    pub(crate) fn promoted(&self) -> impl Iterator<Item = (&Hot, std::time::SystemTime)> {
+    pub fn promoted(&self) -> impl Iterator<Item = (&Hot, std::time::SystemTime)> {
         self.promotions.iter_promoted()
     }
 
-    pub(crate) fn promoted_count(&self) -> usize {
+    pub fn promoted_count(&self) -> usize {
         self.promotions.promoted()
     }
 
     /// Tenants that qualified for a lane and found none free.
-    pub(crate) fn waiting(&self) -> usize {
+    pub fn waiting(&self) -> usize {
         self.promotions.waiting()
     }
 
     /// The lane ceiling in use.
-    pub(crate) fn ceiling(&self) -> usize {
+    pub fn ceiling(&self) -> usize {
         self.promotions.settings().lanes
     }
 }

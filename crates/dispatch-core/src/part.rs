@@ -4,7 +4,7 @@
 
 /// One consumed topic.
 #[derive(Debug, Clone)]
-pub(crate) struct Input {
+pub struct Input {
     pub topic: String,
     /// Metric label: `deliveries` or the tier name.
     pub label: &'static str,
@@ -21,41 +21,41 @@ pub(crate) struct Input {
 
 impl Input {
     /// Records are retries: they count against the retry share and wait until due.
-    pub(crate) fn retry(&self) -> bool {
+    pub fn retry(&self) -> bool {
         self.tier.is_some()
     }
 
     /// An overflow lane: its records count against the overflow share.
-    pub(crate) fn overflow(&self) -> bool {
+    pub fn overflow(&self) -> bool {
         self.lane.is_some()
     }
 
     /// A retry tier or an overflow lane: its consumer reports to the engine's
-    /// bulk inbox, taken after the first-attempt one (`engine/inbox.rs`).
-    pub(crate) fn bulk(&self) -> bool {
+    /// bulk inbox, taken after the first-attempt one (`crates/dispatcher/src/engine/inbox.rs`).
+    pub fn bulk(&self) -> bool {
         self.retry() || self.overflow()
     }
 
     /// `deliveries` itself: the ready queue records are moved out of.
-    pub(crate) fn is_source(&self) -> bool {
+    pub fn is_source(&self) -> bool {
         self.tier.is_none() && !self.strict && self.lane.is_none()
     }
 }
 
 /// A partition of an input, as lanes and offsets key it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct Part {
+pub struct Part {
     pub input: u16,
     pub partition: i32,
 }
 
 /// One record: its partition and offset.
-pub(crate) type Key = (Part, i64);
+pub type Key = (Part, i64);
 
 /// Why a delivery has nowhere to go when it starts. It is not attempted: it is kept as
 /// a dead letter (in the same transaction that moves its offset), never dropped.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum NoTarget {
+pub enum NoTarget {
     /// Its subscription is disabled; `reason` is the record's `disabled_reason`.
     Disabled { reason: Option<String> },
     /// Its subscription is deleted (or was never known here).
@@ -67,7 +67,7 @@ pub(crate) enum NoTarget {
 impl NoTarget {
     /// The dead letter's reason: `subscription_disabled` (sent by `replay` once the
     /// subscription is enabled again) or `cancelled`.
-    pub(crate) fn reason(&self) -> hookline_core::DeadLetterReason {
+    pub fn reason(&self) -> hookline_core::DeadLetterReason {
         match self {
             Self::Disabled { .. } => hookline_core::DeadLetterReason::SubscriptionDisabled,
             Self::Deleted | Self::OtherTenant => hookline_core::DeadLetterReason::Cancelled,
@@ -75,7 +75,7 @@ impl NoTarget {
     }
 
     /// The dead letter's detail.
-    pub(crate) fn detail(&self, subscription_id: &str) -> String {
+    pub fn detail(&self, subscription_id: &str) -> String {
         match self {
             Self::Disabled { reason: Some(r) } => {
                 format!("subscription {subscription_id} is disabled ({r}); not attempted")
@@ -93,7 +93,7 @@ impl NoTarget {
 
 /// Why a delivery was parked on a tier without an attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ParkReason {
+pub enum ParkReason {
     /// Its tier released it before its due time (a long `Retry-After`).
     NotDue,
     /// Its subscription's circuit breaker is open.
@@ -101,10 +101,10 @@ pub(crate) enum ParkReason {
 }
 
 impl ParkReason {
-    pub(crate) const ALL: [Self; 2] = [Self::NotDue, Self::BreakerOpen];
+    pub const ALL: [Self; 2] = [Self::NotDue, Self::BreakerOpen];
 
     /// The metric label.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::NotDue => "not_due",
             Self::BreakerOpen => "breaker_open",

@@ -3,7 +3,7 @@
 //! because its buffer share is full (its records in flight) or its writes are
 //! pending hides the rest of its backlog from those counts, and the oldest
 //! record of that backlog is the one at the partition's position. The engine
-//! peeks at it off its loop (`engine/peek.rs`); this module decides, without
+//! peeks at it off its loop (`crates/dispatcher/src/engine/peek.rs`); this module decides, without
 //! I/O, what to peek at, what an answer means and what it adds.
 //!
 //! Guarantees (tested below):
@@ -32,7 +32,7 @@ use crate::{
 
 /// What a peek found at (or after) the offset asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Peeked {
+pub enum Peeked {
     /// The first record there: its value.
     Record(Option<Vec<u8>>),
     /// The partition ends there: nothing is unfetched.
@@ -60,7 +60,7 @@ enum Head {
 /// The record at the position of each partition that had a backlog, as last
 /// peeked.
 #[derive(Debug, Default)]
-pub(crate) struct Backlog {
+pub struct Backlog {
     heads: BTreeMap<Part, (i64, Head)>,
 }
 
@@ -72,7 +72,7 @@ impl Backlog {
     /// has fetched on since is peeked at again (resumed, it may still be behind);
     /// heads at the end of a partition or of one no longer assigned are dropped.
     /// Report what was sent with [`asked`](Self::asked).
-    pub(crate) fn peeks_wanted(
+    pub fn peeks_wanted(
         &mut self,
         behind: &[(Part, i64)],
         position: impl Fn(Part) -> Option<i64>,
@@ -97,7 +97,7 @@ impl Backlog {
     }
 
     /// The peeker was asked for these positions.
-    pub(crate) fn asked(&mut self, positions: &[(Part, i64)]) {
+    pub fn asked(&mut self, positions: &[(Part, i64)]) {
         for (part, at) in positions {
             self.heads.insert(*part, (*at, Head::Asked));
         }
@@ -105,7 +105,7 @@ impl Backlog {
 
     /// The answer of a peek at `at` on `part`. One for a position no longer
     /// asked about is dropped.
-    pub(crate) fn peeked(&mut self, part: Part, at: i64, found: Peeked) {
+    pub fn peeked(&mut self, part: Part, at: i64, found: Peeked) {
         if self.heads.get(&part).is_none_or(|(asked, _)| *asked != at) {
             return;
         }
@@ -131,7 +131,7 @@ impl Backlog {
     /// oldest ready time (indexed like `inputs`): a record counts while the
     /// partition's position is still where it was found, i.e. while it is
     /// unfetched (once fetched, the machine counts it).
-    pub(crate) fn fold(
+    pub fn fold(
         &self,
         position: impl Fn(Part) -> Option<i64>,
         inputs: &[Input],

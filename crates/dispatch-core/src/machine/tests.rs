@@ -10,7 +10,7 @@ use std::{
 use hookline_core::{
     BreakerSettings, Ladder, LaneLimits, LaneSettings, OverflowSettings, Signal, Transition,
 };
-use hookline_envelope::{encode, Delivery};
+use hookline_envelope::{encode, fixtures::DeliveryBuilder, Delivery};
 
 use super::{Action, Directory, GateAction, Hold, Intake, Machine, Note, WriteCap};
 use crate::{
@@ -139,27 +139,17 @@ pub(super) fn tenant_delivery(
     due: SystemTime,
     payload: &[u8],
 ) -> Vec<u8> {
-    encode(&Delivery {
-        delivery_id: format!("d-{subscription}-{}", epoch_ms(due)),
-        event_id: "e".into(),
-        tenant_id: tenant.into(),
-        subscription_id: subscription.into(),
-        event_type: "order.created".into(),
-        occurred_at: epoch_ms(t(0)),
-        content_type: "application/json".into(),
-        payload: payload.to_vec(),
-        attributes: Default::default(),
-        attempt: 0,
-        created_at: epoch_ms(t(0)),
-        due_at: epoch_ms(due),
-        first_attempt_at: None,
-        last_attempt_at: None,
-        last_outcome: None,
-        policy_version: None,
-        replay_of: None,
-        traceparent: None,
-        tracestate: None,
-    })
+    encode(
+        &DeliveryBuilder::new(
+            &format!("d-{subscription}-{}", epoch_ms(due)),
+            tenant,
+            subscription,
+        )
+        .at(epoch_ms(t(0)))
+        .due_at(epoch_ms(due))
+        .payload(payload)
+        .build(),
+    )
 }
 
 fn gates(m: &mut Machine) -> Vec<GateAction> {
