@@ -13,8 +13,8 @@ pub struct Params {
     /// throughput scenario (the limit's and hookline's).
     pub fanout: usize,
     /// `BENCH_LATENCY_FANOUT`: subscriptions per event (per tenant) of the
-    /// latency scenario, the limit's and hookline's (default 1: issue 18's
-    /// latency goals are stated at fan-out 1).
+    /// latency scenario, the limit's and hookline's (default 1: the latency
+    /// guard of docs/benchmarks.md is stated at fan-out 1).
     pub latency_fanout: usize,
     /// `BENCH_PAYLOAD`: payload bytes per event.
     pub payload: usize,

@@ -4,7 +4,7 @@
 //! value (never by parsing the label), so metrics never grow a label per status
 //! code or per error text.
 //!
-//! Rules (DESIGN §4 "Classification"):
+//! Rules (docs/design.md#classification):
 //! - 2xx: delivered.
 //! - 408, 425, 429 and 5xx: retry, honouring `Retry-After` (see [`parse_retry_after`]).
 //! - other 4xx: rejected (`rejected_4xx`); 3xx: rejected (`redirect`) — redirects are

@@ -16,7 +16,8 @@
 //! Lanes are keyed by subscription *and* by first-attempt/retry: a subscription has
 //! up to two FIFO lanes sharing its `max_in_flight`. Keeping retries in their own lane
 //! means a retry waiting for the retry share never holds up a first attempt behind it
-//! (DESIGN §4: a backlog of failing retries never delays first attempts). At
+//! (docs/design.md#lanes-caps-and-fairness: a backlog of failing retries
+//! never delays first attempts). At
 //! `max_in_flight = 1` first attempts still start strictly in order, one at a time.
 //!
 //! A subscription may also have a rate limit ([`TokenBucket`], shared by its two

@@ -1,5 +1,5 @@
 //! When a key is moved to an overflow lane, and when it comes back: the
-//! promotion controller of the dispatcher's isolation (DESIGN §4). Pure state,
+//! promotion controller of the dispatcher's isolation (docs/design.md#overflow-lanes). Pure state,
 //! time passed in. The dispatcher's key is a tenant on one partition of
 //! `deliveries` (the unit of isolation).
 //!

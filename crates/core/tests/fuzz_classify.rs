@@ -5,7 +5,7 @@
 //! representable time.
 //!
 //! Checked: nothing panics; the outcome is one of `OUTCOMES`; the verdict follows the rules
-//! of DESIGN §4 by status class (re-derived here, not copied from the code); the parsed hint
+//! of docs/design.md#classification by status class (re-derived here, not copied from the code); the parsed hint
 //! equals the RFC 9110 value when the header is well formed, is absent when it is not, and
 //! never exceeds `MAX_RETRY_AFTER`; a retry verdict fed to the ladder is never scheduled
 //! before its ladder step nor before the hint (up to `max_retry_after`), picks the longest
@@ -327,7 +327,7 @@ fn case() -> BoxedStrategy<Case> {
 }
 
 // ---------------------------------------------------------------------------------------
-// The oracle: DESIGN §4 and RFC 9110, written out independently of `classify`.
+// The oracle: docs/design.md#classification and RFC 9110, written out independently of `classify`.
 
 /// What the rules say about a status: the verdict (without its hint) and the outcome label
 /// by class.

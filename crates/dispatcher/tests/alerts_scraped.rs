@@ -1,5 +1,5 @@
 //! The chart's alerts, tested on the series the real dispatcher binary exports
-//! on real Kafka (issue 19): each scenario's `/metrics` is scraped every second
+//! on real Kafka: each scenario's `/metrics` is scraped every second
 //! and `promtool test rules` runs the chart's rules on those samples
 //! (`hookline_testkit::scraped`). The three scenarios run at once:
 //!

@@ -1,4 +1,4 @@
-//! Retries and first attempts have separate buffer budgets (issue 15, item 3): a
+//! Retries and first attempts have separate buffer budgets: a
 //! flood of due retries fills the retries' budget and pauses its tier, never a
 //! `deliveries` partition, so first attempts keep their latency.
 

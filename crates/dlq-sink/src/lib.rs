@@ -1,4 +1,4 @@
-//! The dlq-sink stage (DESIGN §5): archives every record of `deliveries.dlq`,
+//! The dlq-sink stage (docs/design.md#dlq-sink): archives every record of `deliveries.dlq`,
 //! `events.quarantine` and the attempt log `deliveries.attempts` durably (Avro object container files, partitioned by date and tenant,
 //! each row with its Kafka coordinates) and commits only after the archive write is durable;
 //! `inspect` and `replay` let operators list, count and re-send dead letters, and `trace`

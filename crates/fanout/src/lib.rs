@@ -1,4 +1,4 @@
-//! The fanout stage (DESIGN §3): consumes `events` in a consumer group, keeps
+//! The fanout stage (docs/design.md#fanout): consumes `events` in a consumer group, keeps
 //! the subscription table live, and writes one `Delivery` per matching
 //! subscription to `deliveries` in Kafka transactions, exactly once.
 //! Undecodable or oversize events go to `events.quarantine` in the same

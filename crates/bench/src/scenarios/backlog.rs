@@ -1,7 +1,7 @@
 //! `backlog`: the dispatcher's memory while `BENCH_QUEUED` deliveries
 //! (1,000,000 by default) are queued for it, against the same dispatcher with
-//! nothing queued, and how long the backlog takes to drain (issue 18: its RSS
-//! must stay flat, bounded by its buffer settings, not by the backlog).
+//! nothing queued, and how long the backlog takes to drain (its RSS must stay
+//! flat, bounded by its buffer settings, not by the backlog).
 //!
 //! After a warm-up, the idle dispatcher's RSS is sampled, then it is stopped
 //! (SIGTERM, a clean drain) while fanout writes the backlog: `BENCH_TENANTS`

@@ -1,7 +1,7 @@
 //! `isolation`: a small tenant's wait (produced → received) while a whale
 //! tenant's backlog (100,000 deliveries by default) drains through a slow
 //! endpoint, against the same small tenant alone, and the ratio of the two p99s
-//! (issue 15's goal: during ≤ 1.2 × alone). Every topic has one partition, so the
+//! (the goal: during ≤ 1.2 × alone). Every topic has one partition, so the
 //! whale and the small tenant share the dispatcher's partition — the worst
 //! case: only the dispatcher's overflow lanes, fair share and caps keep them
 //! apart.

@@ -3,13 +3,13 @@
 //! delivery, at a fixed open-loop rate below saturation: `BENCH_RATE`, else
 //! the rate the `limit` scenario measured at in the same run, else 30% of the
 //! throughput measured in the same run, else 100 events/s. Each event has
-//! `BENCH_LATENCY_FANOUT` subscriptions (default 1, as issue 18's goals are
-//! stated), not the throughput scenario's `BENCH_FANOUT`.
+//! `BENCH_LATENCY_FANOUT` subscriptions (default 1, as the latency guard
+//! is stated), not the throughput scenario's `BENCH_FANOUT`.
 //!
 //! When the `throughput` scenario ran before it in the same run, hookline is
 //! then measured a second time at half the events/s it sustained there, at
 //! that scenario's fan-out (`BENCH_FANOUT`): half of the peak as it was
-//! measured (issue 18: p99 at half the peak). Its events go to tenants of
+//! measured (the guard's second point: p99 at half the peak). Its events go to tenants of
 //! their own (`p0`, `p1`, …) with `BENCH_FANOUT` subscriptions each.
 //!
 //! For hookline it also breaks the wait down by hop, each measured from the
