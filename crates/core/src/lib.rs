@@ -4,6 +4,7 @@
 //! jitter are arguments, so every decision is exactly testable.
 
 pub mod admission;
+pub mod backoff;
 pub mod breaker;
 pub mod burst;
 pub mod classify;
@@ -21,6 +22,7 @@ pub mod trace;
 pub mod watermark;
 
 pub use admission::{Admission, AdmissionWindow, Fingerprint, KeyHash, Observed, PayloadMatch};
+pub use backoff::Backoff;
 pub use breaker::{Admit, Breaker, BreakerError, BreakerSettings, Signal, Transition};
 pub use burst::{BurstRouter, BurstSettings, Route};
 pub use classify::{

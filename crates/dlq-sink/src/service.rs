@@ -13,22 +13,24 @@
 
 use std::{
     sync::Arc,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, SystemTime},
 };
 
 use bytes::Bytes;
-use hookline_core::epoch;
+use hookline_core::{epoch, Backoff};
 use hookline_envelope::Topics;
 use hookline_runtime::{
     group_watch,
     health::Health,
     kafka::{self, RevokeRecorder},
+    retry::{self, Then},
 };
 use rdkafka::{
     consumer::{CommitMode, Consumer, StreamConsumer},
     message::{BorrowedMessage, Message},
     Offset, TopicPartitionList,
 };
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::{
@@ -42,8 +44,10 @@ use crate::{
 
 const LOOP: &str = "dlq_sink";
 const TICK: Duration = Duration::from_millis(200);
-const RETRY_MIN: Duration = Duration::from_millis(200);
-const RETRY_MAX: Duration = Duration::from_secs(10);
+/// Waits between tries of an archive write: 200 ms doubling to 10 s, each
+/// shortened by up to half so replicas do not retry a shared store in step.
+const WRITE_RETRY: Backoff =
+    Backoff::new(Duration::from_millis(200), Duration::from_secs(10)).with_jitter(0.5);
 
 pub(crate) struct SinkLoop {
     consumer: Arc<StreamConsumer<RevokeRecorder>>,
@@ -193,7 +197,8 @@ impl SinkLoop {
         Some((kind, row))
     }
 
-    /// Writes each file durably, retrying with backoff; gives up only at `deadline`.
+    /// Writes each file durably, retrying with back-off; gives up only at
+    /// `deadline`, which a stop asked for while retrying sets to the grace.
     async fn write(
         &mut self,
         keys: Vec<FileKey>,
@@ -205,33 +210,35 @@ impl SinkLoop {
             };
             let path = self.store.path(&file.relative_path);
             let bytes = Bytes::from(std::mem::take(&mut file.bytes));
-            let mut backoff = RETRY_MIN;
-            loop {
-                let started = Instant::now();
-                match self.store.put_durable(&path, bytes.clone()).await {
-                    Ok(()) => {
-                        sm::file_written(&file, bytes.len(), started.elapsed());
-                        self.files.written(&key);
-                        tracing::debug!(%path, rows = file.rows, first_offset = file.first_offset, bytes = bytes.len(), "archive file written");
-                        break;
-                    }
-                    Err(error) => {
-                        sm::write_failed(started.elapsed());
-                        self.health
-                            .set_ready(STAGE, Err(format!("cannot write to the archive: {error}")));
-                        tracing::warn!(error = %hookline_envelope::error_chain(&error), %path, "archive write failed; retrying");
-                        if deadline.is_none() && self.stop.is_cancelled() {
-                            deadline = Some(Instant::now() + self.grace);
+            let (store, health, stop, grace) = (&self.store, &self.health, &self.stop, self.grace);
+            let written = retry::retry_until(
+                WRITE_RETRY,
+                || {
+                    let (path, bytes) = (&path, bytes.clone());
+                    async move {
+                        let started = Instant::now();
+                        let result = store.put_durable(path, bytes).await;
+                        if result.is_err() {
+                            sm::write_failed(started.elapsed());
                         }
-                        if deadline.is_some_and(|d| Instant::now() + backoff > d) {
-                            return Err(DlqSinkError::Store(error));
-                        }
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(RETRY_MAX);
-                        self.health.beat(LOOP);
+                        result.map(|()| started.elapsed())
                     }
-                }
-            }
+                },
+                |error, wait| {
+                    health.set_ready(STAGE, Err(format!("cannot write to the archive: {error}")));
+                    tracing::warn!(error = %hookline_envelope::error_chain(error), %path, retry_in_ms = wait.as_millis() as u64, "archive write failed; retrying");
+                    health.beat(LOOP);
+                    if deadline.is_none() && stop.is_cancelled() {
+                        deadline = Some(Instant::now() + grace);
+                    }
+                    Then::until(deadline)
+                },
+            )
+            .await;
+            let took = written.map_err(DlqSinkError::Store)?;
+            sm::file_written(&file, bytes.len(), took);
+            self.files.written(&key);
+            tracing::debug!(%path, rows = file.rows, first_offset = file.first_offset, bytes = bytes.len(), "archive file written");
             self.health.set_ready(STAGE, Ok(()));
         }
         Ok(())

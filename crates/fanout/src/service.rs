@@ -26,7 +26,7 @@ use std::{
 use futures::FutureExt;
 use hookline_core::{
     admission::{Admission, PayloadMatch},
-    epoch, BurstRouter, Change, Route,
+    epoch, Backoff, BurstRouter, Change, Route,
 };
 use hookline_envelope::{encode, Topics};
 use hookline_runtime::{
@@ -38,6 +38,7 @@ use hookline_runtime::{
         txn::{Transactor, TxnError, TxnSpec},
         RevokeRecorder,
     },
+    retry,
     subscriptions::Subscriptions,
 };
 use rdkafka::{
@@ -63,8 +64,14 @@ const IDLE_POLL: Duration = Duration::from_secs(1);
 /// Zero-wait polls that find nothing before a batch is deemed to have all
 /// that is ready (see `collect`).
 const READY_POLLS: u32 = 2;
-/// Pause after a failed transaction before the batch is tried again.
-const RETRY_BACKOFF: Duration = Duration::from_millis(500);
+/// Pause after a failed transaction before the batch is tried again: 500 ms
+/// doubling to 5 s while transactions keep failing (a broker away), each
+/// shortened by up to half so replicas do not retry in step.
+const TXN_RETRY: Backoff =
+    Backoff::new(Duration::from_millis(500), Duration::from_secs(5)).with_jitter(0.5);
+/// Pause after a failed rebuild of an admission window: 1 s doubling to 10 s.
+const REBUILD_RETRY: Backoff =
+    Backoff::new(Duration::from_secs(1), Duration::from_secs(10)).with_jitter(0.5);
 
 /// The consumer, the transactional producer and the loop state.
 pub(crate) struct FanoutLoop {
@@ -88,6 +95,8 @@ pub(crate) struct FanoutLoop {
     /// When the last transaction committed: the next one starts no earlier
     /// than `--txn-gap` after it (see `collect`).
     committed_at: Option<tokio::time::Instant>,
+    /// The wait after the next failed transaction; reset by a commit.
+    txn_retry: Backoff,
 }
 
 /// Events of one transaction, with the offsets they span per partition.
@@ -192,6 +201,7 @@ impl FanoutLoop {
             health,
             router,
             committed_at: None,
+            txn_retry: TXN_RETRY,
         })
     }
 
@@ -351,6 +361,7 @@ impl FanoutLoop {
             )),
         );
         let (window, max_keys) = (windows.window(), windows.max_keys());
+        let mut backoff = REBUILD_RETRY;
         loop {
             let started = Instant::now();
             let outcome = self.rebuild_once(msg, window, max_keys).await;
@@ -376,7 +387,7 @@ impl FanoutLoop {
             self.health.beat(LOOP);
             tokio::select! {
                 _ = stop.cancelled() => return false,
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = retry::pause(&mut backoff) => {}
             }
         }
     }
@@ -453,6 +464,7 @@ impl FanoutLoop {
         match result {
             Ok(counts) => {
                 self.access.granted();
+                self.txn_retry.reset();
                 self.committed_at = Some(tokio::time::Instant::now());
                 fm::transaction("committed", started.elapsed());
                 fm::committed(&counts);
@@ -472,7 +484,11 @@ impl FanoutLoop {
                 self.txn.recover(&error, stop).await?;
             }
         }
-        tokio::time::sleep(RETRY_BACKOFF).await;
+        // A stop ends the wait: the loop then leaves the batch to the next owner.
+        tokio::select! {
+            _ = stop.cancelled() => {}
+            _ = retry::pause(&mut self.txn_retry) => {}
+        }
         Ok(Some(batch))
     }
 

@@ -12,6 +12,7 @@ pub mod metric_names;
 pub mod ops;
 pub mod passthrough;
 pub mod provision;
+pub mod retry;
 pub mod server;
 pub mod shutdown;
 pub mod signing;

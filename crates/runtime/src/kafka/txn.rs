@@ -20,6 +20,7 @@
 
 use std::time::Duration;
 
+use hookline_core::Backoff;
 use rdkafka::{
     consumer::ConsumerGroupMetadata,
     error::{KafkaError, KafkaResult},
@@ -29,10 +30,19 @@ use rdkafka::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{config::CommonArgs, RuntimeError};
+use crate::{
+    config::CommonArgs,
+    retry::{self, Then},
+    RuntimeError,
+};
 
 /// Pause between resumptions of a retriable transactional call.
 const RESUME_PAUSE: Duration = Duration::from_millis(200);
+
+/// Waits between tries to re-create the producer while the broker is away:
+/// 1 s doubling to 5 s, each shortened by up to half.
+const RECREATE_RETRY: Backoff =
+    Backoff::new(Duration::from_secs(1), Duration::from_secs(5)).with_jitter(0.5);
 
 /// How long a blocking call may run past its own timeout before the
 /// producer is given up on ([`bounded`]).
@@ -257,19 +267,20 @@ impl Transactor {
         if matches!(error, TxnError::Abortable(_)) && self.abort().await {
             return Ok(());
         }
-        loop {
-            match create(&self.common, &self.spec).await {
-                Ok(producer) => {
-                    self.producer = producer;
-                    return Ok(());
+        let (common, spec) = (&self.common, &self.spec);
+        self.producer = retry::retry_until(
+            RECREATE_RETRY,
+            || create(common, spec),
+            |error, wait| {
+                if stop.is_cancelled() {
+                    return Then::GiveUp;
                 }
-                Err(error) if !stop.is_cancelled() => {
-                    tracing::warn!(%error, "could not re-create the transactional producer; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                Err(error) => return Err(error),
-            }
-        }
+                tracing::warn!(%error, retry_in_ms = wait.as_millis() as u64, "could not re-create the transactional producer; retrying");
+                Then::Retry
+            },
+        )
+        .await?;
+        Ok(())
     }
 
     /// Aborts the open transaction; false if the producer could not.
@@ -481,18 +492,29 @@ async fn resume_within<E: std::fmt::Display, S, F>(
 where
     F: std::future::Future<Output = Result<Result<(), E>, S>>,
 {
-    let started = tokio::time::Instant::now();
+    let ends = tokio::time::Instant::now() + budget;
     let mut tries = 1;
-    loop {
-        match try_once().await.map_err(Resumed::Stuck)? {
-            Err(e) if retriable(&e) && started.elapsed() + RESUME_PAUSE < budget => {
+    retry::retry_until(
+        Backoff::constant(RESUME_PAUSE),
+        || {
+            let try_once = try_once();
+            async move {
+                match try_once.await {
+                    Ok(done) => done.map_err(Resumed::Call),
+                    Err(stuck) => Err(Resumed::Stuck(stuck)),
+                }
+            }
+        },
+        |e, wait| match e {
+            Resumed::Call(e) if retriable(e) && tokio::time::Instant::now() + wait < ends => {
                 tracing::warn!(error = %e, tries, "transactional call timed out; resuming it");
                 tries += 1;
-                tokio::time::sleep(RESUME_PAUSE).await;
+                Then::Retry
             }
-            other => return other.map_err(Resumed::Call),
-        }
-    }
+            _ => Then::GiveUp,
+        },
+    )
+    .await
 }
 
 /// Runs a blocking librdkafka call on a thread of its own and waits for it
