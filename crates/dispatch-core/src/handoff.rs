@@ -28,7 +28,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use hookline_core::DeadLetterReason;
+use hookline_core::{Backoff, DeadLetterReason};
 use hookline_envelope::subscription_state::DisabledReason;
 use hookline_envelope::{QuarantineReason, QuarantinedEvent, Subscription};
 
@@ -37,10 +37,14 @@ use crate::{
     part::{Key, ParkReason, Part},
 };
 
-/// First back-off of a suspect partition (and of a failed offsets-only
-/// transaction); doubled while it keeps failing, up to [`MAX_BACKOFF`].
-pub const RETRY_BACKOFF: Duration = Duration::from_millis(500);
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// The back-off of a suspect partition: 500 ms, doubled each time it fails
+/// again alone, up to 30 s. Not jittered: one partition's hand-offs are tried
+/// by the one replica that owns it, so no replicas retry it in step.
+pub const SUSPECT_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(500), Duration::from_secs(30));
+/// The first back-off of a suspect partition, and of a failed offsets-only
+/// transaction.
+pub const RETRY_BACKOFF: Duration = SUSPECT_BACKOFF.initial();
 /// Most hand-offs in one transaction.
 pub const MAX_HANDOFFS: usize = 5_000;
 /// Most hand-off bytes in one transaction (bounds its memory with large payloads).
@@ -122,10 +126,12 @@ impl Handoff {
 }
 
 /// A partition whose hand-offs failed in a transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 struct Suspect {
     retry_at: Instant,
-    backoff: Duration,
+    /// The wait that set `retry_at`.
+    wait: Duration,
+    backoff: Backoff,
 }
 
 /// The hand-offs of one transaction; `solo` when it is a suspect partition's
@@ -253,15 +259,24 @@ impl Pending {
             if !keep(part) {
                 continue;
             }
-            let backoff = match (solo, self.suspect.get(&part)) {
-                (Some(s), Some(prev)) if s == part => (prev.backoff * 2).min(MAX_BACKOFF),
-                (_, Some(prev)) => prev.backoff,
-                _ => RETRY_BACKOFF,
+            let (wait, backoff) = match self.suspect.get(&part) {
+                // Failed again alone: it is the partition's own hand-offs.
+                Some(prev) if solo == Some(part) => {
+                    let mut backoff = prev.backoff;
+                    (backoff.next(0.0), backoff)
+                }
+                // Failed with others: it may not be its fault; the same wait.
+                Some(prev) => (prev.wait, prev.backoff),
+                None => {
+                    let mut backoff = SUSPECT_BACKOFF;
+                    (backoff.next(0.0), backoff)
+                }
             };
             self.suspect.insert(
                 part,
                 Suspect {
-                    retry_at: now + backoff,
+                    retry_at: now + wait,
+                    wait,
                     backoff,
                 },
             );
@@ -481,7 +496,7 @@ mod tests {
             let batch = p.take(now);
             assert_eq!(batch.solo, Some(A));
             p.failed(batch, now, |_| true);
-            waits.push(p.suspect[&A].backoff);
+            waits.push(p.suspect[&A].wait);
         }
         let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
         assert_eq!(
