@@ -23,6 +23,7 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use futures::FutureExt as _;
 use hookline_envelope::{decode, delivery_id, DomainEvent};
+use hookline_runtime::kafka::{Offsets, ReadCommitted as _, StartAt};
 use hookline_testkit::kafka;
 use http_body_util::Full;
 use hyper_util::{
@@ -95,10 +96,12 @@ pub async fn start(
     }
     let deliveries: StreamConsumer = kafka::client_config()
         .set("group.id", format!("{}bare-dispatch", topics.prefix()))
-        .set("auto.offset.reset", "earliest")
-        .set("enable.auto.commit", "true")
-        .set("auto.commit.interval.ms", "100")
-        .set("isolation.level", "read_committed")
+        .read_committed(
+            StartAt::Earliest,
+            Offsets::AutoCommit {
+                every: Duration::from_millis(100),
+            },
+        )
         .create()
         .context("creating the bare deliveries consumer")?;
     deliveries.subscribe(&[topics.deliveries()])?;

@@ -21,6 +21,7 @@ use std::{
 use clap::Parser;
 use hookline_core::epoch;
 use hookline_envelope::{delivery_id, encode, Delivery, Subscription, Topics};
+use hookline_runtime::kafka::{Offsets, ReadCommitted as _, StartAt};
 use hookline_testkit::{kafka, receiver::Receiver};
 use rdkafka::{
     consumer::{Consumer, StreamConsumer},
@@ -205,9 +206,7 @@ async fn main() {
     // 2. Latency at a paced load, against a plain consumer of the same records.
     let plain: StreamConsumer = kafka::client_config()
         .set("group.id", format!("{prefix}plain"))
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "latest")
-        .set("isolation.level", "read_committed")
+        .read_committed(StartAt::Latest, Offsets::Explicit)
         .create()
         .unwrap();
     plain.subscribe(&[topics.deliveries()]).unwrap();

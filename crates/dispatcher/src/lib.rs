@@ -272,18 +272,14 @@ async fn dispatch(
         } else {
             settings.kafka.ready_prefetch_kbytes
         };
-        let consumer: BaseConsumer<consumer::DispatchContext> = kafka::group_config(
+        // Offsets are committed only in transactions, with the follow-ups
+        // (`engine/commit.rs`).
+        let consumer: BaseConsumer<consumer::DispatchContext> = kafka::group_reader_config(
             &config.common,
             "hookline-dispatcher",
             &settings.group_id,
             Some(input.label),
         )?
-        // Offsets are committed only in transactions, with the follow-ups
-        // (`engine/commit.rs`).
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed")
         .set("queued.max.messages.kbytes", prefetch_kb.to_string())
         // Bounds how late a resumed tier's due retry is fetched: see the flag.
         .set(

@@ -123,15 +123,8 @@ impl TopicSource {
     /// Assigns every partition of `topic` from the beginning.
     pub async fn open(common: &CommonArgs, topic: &str, kind: Kind) -> Result<Self, SourceError> {
         let client_id = format!("hookline-dlq-sink-reader-{}", std::process::id());
-        // librdkafka wants a group.id even for assign(); nothing joins or commits to it.
         let consumer: StreamConsumer<kafka::QuietContext> =
-            kafka::consumer_config(common, &client_id)?
-                .set("group.id", &client_id)
-                .set("enable.auto.commit", "false")
-                .set("enable.auto.offset.store", "false")
-                .set("enable.partition.eof", "true")
-                .set("auto.offset.reset", "earliest")
-                .set("isolation.level", "read_committed")
+            kafka::reader_config(common, &client_id, kafka::AtEnd::Report)?
                 .create_with_context(kafka::QuietContext)
                 .map_err(|e| RuntimeError::kafka("creating the reader", e))?;
         let bad = |why: String| SourceError::Topic {

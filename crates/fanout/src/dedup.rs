@@ -150,14 +150,8 @@ impl std::fmt::Debug for Reader {
 impl Reader {
     pub(crate) fn new(common: &CommonArgs) -> Result<Self, RuntimeError> {
         let client_id = "hookline-fanout-dedup-rebuild";
-        // librdkafka wants a group.id even for assign(); this reader never joins
-        // or commits to it.
-        let consumer = kafka::consumer_config(common, client_id)?
-            .set("group.id", client_id)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("isolation.level", "read_committed")
+        // It stops at an offset, and takes any event it is handed for an error.
+        let consumer = kafka::reader_config(common, client_id, kafka::AtEnd::Quiet)?
             .create()
             .map_err(|e| {
                 RuntimeError::kafka("creating the admission-window reader".to_owned(), e)

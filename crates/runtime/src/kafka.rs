@@ -15,9 +15,11 @@ use rdkafka::{
 };
 
 pub mod access;
+mod reading;
 mod rebalance;
 pub mod txn;
 
+pub use reading::{group_reader_config, reader_config, AtEnd, Offsets, ReadCommitted, StartAt};
 pub use rebalance::{
     assigned_topics, cooperative_rebalance, joining, manual_commit_consumer, partitions,
     RevokeRecorder, GROUP_MEMBERSHIP,

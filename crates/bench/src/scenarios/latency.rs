@@ -26,6 +26,7 @@ use std::{
 };
 
 use hookline_envelope::{decode, Delivery};
+use hookline_runtime::kafka::{Offsets, ReadCommitted as _, StartAt};
 use hookline_testkit::{kafka, receiver::Recorded};
 use rdkafka::{
     consumer::{Consumer, StreamConsumer},
@@ -302,9 +303,7 @@ impl Observer {
     pub(super) async fn start(p: &Pipeline) -> anyhow::Result<Self> {
         let consumer: StreamConsumer = kafka::client_config()
             .set("group.id", format!("{}hop-observer", p.topics.prefix()))
-            .set("enable.auto.commit", "false")
-            .set("auto.offset.reset", "latest")
-            .set("isolation.level", "read_committed")
+            .read_committed(StartAt::Latest, Offsets::Explicit)
             // As the dispatcher's default `--fetch-wait-max`.
             .set("fetch.wait.max.ms", "10")
             .create()?;

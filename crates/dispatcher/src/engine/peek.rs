@@ -62,13 +62,7 @@ impl Peeker {
         // librdkafka wants a group.id even for assign(); this consumer never
         // joins or commits to it.
         let consumer: BaseConsumer<kafka::QuietContext> =
-            kafka::consumer_config(common, client_id)?
-                .set("group.id", client_id)
-                .set("enable.auto.commit", "false")
-                .set("enable.auto.offset.store", "false")
-                .set("enable.partition.eof", "true")
-                .set("auto.offset.reset", "earliest")
-                .set("isolation.level", "read_committed")
+            kafka::reader_config(common, client_id, kafka::AtEnd::Report)?
                 // One record per partition is wanted: fetch little, prefetch nothing more.
                 .set("max.partition.fetch.bytes", "65536")
                 .set("queued.min.messages", "1")

@@ -168,18 +168,15 @@ impl RevokeRecorder {
 }
 
 /// The consumer of a stage whose loop commits itself after its output is durable:
-/// [`group_config`](super::group_config), no automatic offset store or commit, committed
-/// records only, from the earliest offset when the group has none, revokes recorded.
+/// [`group_reader_config`](super::group_reader_config) (committed records only, from the
+/// earliest offset when the group has none, no automatic offset store or commit), revokes
+/// recorded.
 pub fn manual_commit_consumer(
     common: &CommonArgs,
     client_id: &str,
     group_id: &str,
 ) -> Result<StreamConsumer<RevokeRecorder>, RuntimeError> {
-    super::group_config(common, client_id, group_id, None)?
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed")
+    super::group_reader_config(common, client_id, group_id, None)?
         .create_with_context(RevokeRecorder::default())
         .map_err(|e| RuntimeError::kafka(format!("creating the {client_id} consumer"), e))
 }

@@ -93,17 +93,12 @@ pub fn follow(
     stop: CancellationToken,
 ) -> Result<(Subscriptions, JoinHandle<()>), RuntimeError> {
     let client_id = format!("hookline-{stage}-subscriptions");
-    // librdkafka wants a group.id even for assign(); the reader never joins
-    // or commits to it, so replicas never share or disturb one another.
-    let consumer: StreamConsumer<QuietContext> = kafka::consumer_config(common, &client_id)?
-        .set("group.id", &client_id)
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed")
-        .create_with_context(QuietContext)
-        .map_err(|e| RuntimeError::kafka("creating the subscriptions reader", e))?;
+    // Its own group, so replicas never share or disturb one another; the
+    // end of a partition tells it it has caught up.
+    let consumer: StreamConsumer<QuietContext> =
+        kafka::reader_config(common, &client_id, kafka::AtEnd::Report)?
+            .create_with_context(QuietContext)
+            .map_err(|e| RuntimeError::kafka("creating the subscriptions reader", e))?;
     let table = Arc::new(RwLock::new(SubscriptionTable::default()));
     let (tx, rx) = watch::channel(false);
     let handle = Subscriptions {
