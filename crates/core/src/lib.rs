@@ -17,6 +17,7 @@ pub mod lanes;
 pub mod matching;
 pub mod overflow;
 pub mod rate;
+pub mod read_past;
 pub mod stall;
 pub mod trace;
 pub mod watermark;
