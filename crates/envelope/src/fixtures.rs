@@ -43,6 +43,13 @@ impl DeliveryBuilder {
         })
     }
 
+    /// Delivery of event `event_id` to `subscription_id`, its id derived from
+    /// both as fan-out derives it ([`crate::delivery_id`]); otherwise as [`new`](Self::new).
+    pub fn for_event(event_id: &str, tenant_id: &str, subscription_id: &str) -> Self {
+        let delivery_id = crate::delivery_id(event_id, subscription_id);
+        Self::new(&delivery_id, tenant_id, subscription_id).event_id(event_id)
+    }
+
     /// Occurred, created and due at `ms` (since the Unix epoch).
     pub fn at(mut self, ms: i64) -> Self {
         self.0.occurred_at = ms;
@@ -54,6 +61,12 @@ impl DeliveryBuilder {
     /// Due at `ms`, the other times unchanged.
     pub fn due_at(mut self, ms: i64) -> Self {
         self.0.due_at = ms;
+        self
+    }
+
+    /// The event occurred at `ms`, the other times unchanged.
+    pub fn occurred_at(mut self, ms: i64) -> Self {
+        self.0.occurred_at = ms;
         self
     }
 
@@ -75,6 +88,34 @@ impl DeliveryBuilder {
     /// `attempt` attempts already made (the first and last of them unset).
     pub fn attempt(mut self, attempt: i32) -> Self {
         self.0.attempt = attempt;
+        self
+    }
+
+    /// `attempt` attempts already made, the first started at `first_ms`, the
+    /// latest at `last_ms` and classified `outcome` (`http_503`, `timeout`, ...).
+    pub fn attempted(mut self, attempt: i32, first_ms: i64, last_ms: i64, outcome: &str) -> Self {
+        self.0.attempt = attempt;
+        self.0.first_attempt_at = Some(first_ms);
+        self.0.last_attempt_at = Some(last_ms);
+        self.0.last_outcome = Some(outcome.to_owned());
+        self
+    }
+
+    /// The event's attribute `name` set to `value`, the others kept.
+    pub fn attribute(mut self, name: &str, value: &str) -> Self {
+        self.0.attributes.insert(name.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Scheduled by retry policy `version`.
+    pub fn policy_version(mut self, version: &str) -> Self {
+        self.0.policy_version = Some(version.to_owned());
+        self
+    }
+
+    /// Carrying the event's W3C `traceparent` (no `tracestate`).
+    pub fn traceparent(mut self, traceparent: &str) -> Self {
+        self.0.traceparent = Some(traceparent.to_owned());
         self
     }
 

@@ -1,6 +1,6 @@
 //! Builders of contract records for tests, with every field filled.
 
-use hookline_envelope::{decode, DomainEvent, Record, Subscription};
+use hookline_envelope::{decode, fixtures::DeliveryBuilder, DomainEvent, Record, Subscription};
 use rdkafka::message::Message;
 
 /// A JSON domain event of `tenant` and `event_type` with id `event_id`.
@@ -33,6 +33,14 @@ pub fn subscription(id: &str, tenant: &str, patterns: &[&str], url: &str) -> Sub
         version: 1,
         updated_at: 1_764_000_000_000,
     }
+}
+
+/// A delivery of `invoice.paid` event `event_id` to `sub`, as fan-out writes
+/// it at `at_ms`: a first attempt, due then; the payload `{}` until set.
+pub fn delivery(sub: &Subscription, event_id: &str, at_ms: i64) -> DeliveryBuilder {
+    DeliveryBuilder::for_event(event_id, &sub.tenant_id, &sub.subscription_id)
+        .event_type("invoice.paid")
+        .at(at_ms)
 }
 
 /// The contract record in `m`, or an error naming its topic, partition, offset
