@@ -215,32 +215,20 @@ pub fn responded(result: &AttemptResult) -> bool {
 #[cfg(test)]
 mod tests {
     use hookline_core::{classify, epoch, DeadLetterReason, FailureKind, RejectReason};
-    use hookline_envelope::decode;
+    use hookline_envelope::{decode, fixtures::DeliveryBuilder};
 
     use super::*;
 
     fn delivery() -> Delivery {
-        Delivery {
-            delivery_id: "msg_1".into(),
-            event_id: "evt_1".into(),
-            tenant_id: "acme".into(),
-            subscription_id: "sub_1".into(),
-            event_type: "invoice.paid".into(),
-            occurred_at: 1_000,
-            content_type: "application/json".into(),
-            payload: b"{\"card\":\"4242\"}".to_vec(),
-            attributes: Default::default(),
-            attempt: 1,
-            created_at: 2_000,
-            due_at: 2_000,
-            first_attempt_at: Some(2_000),
-            last_attempt_at: Some(2_000),
-            last_outcome: Some("http_503".into()),
-            policy_version: None,
-            replay_of: None,
-            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
-            tracestate: None,
-        }
+        DeliveryBuilder::new("msg_1", "acme", "sub_1")
+            .event_id("evt_1")
+            .event_type("invoice.paid")
+            .at(2_000)
+            .occurred_at(1_000)
+            .payload(b"{\"card\":\"4242\"}")
+            .attempted(1, 2_000, 2_000, "http_503")
+            .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+            .build()
     }
 
     fn log() -> AttemptLog {

@@ -160,7 +160,7 @@ impl Backlog {
 mod tests {
     use std::time::Duration;
 
-    use hookline_envelope::encode;
+    use hookline_envelope::{encode, fixtures::DeliveryBuilder};
 
     use super::*;
 
@@ -199,27 +199,11 @@ mod tests {
     /// A delivery's value, made at `created` and due at `due`.
     fn record(created: u64, due: u64) -> Peeked {
         let ms = |s| epoch::millis(t(s));
-        let d = Delivery {
-            delivery_id: "d".into(),
-            event_id: "e".into(),
-            tenant_id: "t".into(),
-            subscription_id: "s".into(),
-            event_type: "x.y".into(),
-            occurred_at: ms(created),
-            content_type: "application/json".into(),
-            payload: b"{}".to_vec(),
-            attributes: Default::default(),
-            attempt: 0,
-            created_at: ms(created),
-            due_at: ms(due),
-            first_attempt_at: None,
-            last_attempt_at: None,
-            last_outcome: None,
-            policy_version: None,
-            replay_of: None,
-            traceparent: None,
-            tracestate: None,
-        };
+        let d = DeliveryBuilder::new("d", "t", "s")
+            .event_type("x.y")
+            .at(ms(created))
+            .due_at(ms(due))
+            .build();
         Peeked::Record(Some(encode(&d)))
     }
 

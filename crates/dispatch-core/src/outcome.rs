@@ -249,31 +249,17 @@ mod tests {
     use std::time::Duration;
 
     use hookline_core::{classify, AttemptResult, FailureKind, Tier};
+    use hookline_envelope::fixtures::DeliveryBuilder;
 
     use super::*;
 
     fn delivery() -> Delivery {
-        Delivery {
-            delivery_id: "msg_1".into(),
-            event_id: "evt_1".into(),
-            tenant_id: "acme".into(),
-            subscription_id: "sub_1".into(),
-            event_type: "invoice.paid".into(),
-            occurred_at: 1_000,
-            content_type: "application/json".into(),
-            payload: b"{}".to_vec(),
-            attributes: Default::default(),
-            attempt: 0,
-            created_at: 2_000,
-            due_at: 2_000,
-            first_attempt_at: None,
-            last_attempt_at: None,
-            last_outcome: None,
-            policy_version: None,
-            replay_of: None,
-            traceparent: None,
-            tracestate: None,
-        }
+        DeliveryBuilder::new("msg_1", "acme", "sub_1")
+            .event_id("evt_1")
+            .event_type("invoice.paid")
+            .at(2_000)
+            .occurred_at(1_000)
+            .build()
     }
 
     const STARTED: i64 = 1_700_000_000_000;

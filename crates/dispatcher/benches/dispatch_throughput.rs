@@ -20,9 +20,9 @@ use std::{
 
 use clap::Parser;
 use hookline_core::epoch;
-use hookline_envelope::{delivery_id, encode, Delivery, Subscription, Topics};
+use hookline_envelope::{encode, Delivery, Subscription, Topics};
 use hookline_runtime::kafka::{Offsets, ReadCommitted as _, StartAt};
-use hookline_testkit::{kafka, receiver::Receiver};
+use hookline_testkit::{kafka, receiver::Receiver, records};
 use rdkafka::{
     consumer::{Consumer, StreamConsumer},
     message::Message,
@@ -47,28 +47,9 @@ fn env_or(name: &str, default: usize) -> usize {
 
 fn delivery(sub: &Subscription, tag: &str, n: usize) -> Delivery {
     let event_id = format!("{tag}-{}-{n}", sub.subscription_id);
-    let now = epoch::millis(SystemTime::now());
-    Delivery {
-        delivery_id: delivery_id(&event_id, &sub.subscription_id),
-        payload: format!(r#"{{"event":"{event_id}","amount":4200,"currency":"EUR","note":"benchmark payload of a typical small webhook"}}"#).into_bytes(),
-        event_id,
-        tenant_id: sub.tenant_id.clone(),
-        subscription_id: sub.subscription_id.clone(),
-        event_type: "invoice.paid".to_owned(),
-        occurred_at: now,
-        content_type: "application/json".to_owned(),
-        attributes: Default::default(),
-        attempt: 0,
-        created_at: now,
-        due_at: now,
-        first_attempt_at: None,
-        last_attempt_at: None,
-        last_outcome: None,
-        policy_version: None,
-        replay_of: None,
-        traceparent: None,
-        tracestate: None,
-    }
+    records::delivery(sub, &event_id, epoch::millis(SystemTime::now()))
+        .payload(format!(r#"{{"event":"{event_id}","amount":4200,"currency":"EUR","note":"benchmark payload of a typical small webhook"}}"#).as_bytes())
+        .build()
 }
 
 fn pct(sorted: &[f64], p: f64) -> f64 {

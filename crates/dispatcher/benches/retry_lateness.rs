@@ -23,8 +23,8 @@ use std::{
 
 use clap::Parser;
 use hookline_core::epoch;
-use hookline_envelope::{delivery_id, encode, Delivery, Subscription, Topics};
-use hookline_testkit::{kafka, receiver::Receiver};
+use hookline_envelope::{encode, Subscription, Topics};
+use hookline_testkit::{kafka, receiver::Receiver, records};
 use rdkafka::producer::FutureRecord;
 use tokio_util::sync::CancellationToken;
 
@@ -155,27 +155,11 @@ async fn main() {
         let sub = &subs[n % TENANTS];
         let event_id = format!("late-{n}");
         let now = epoch::millis(SystemTime::now());
-        let d = Delivery {
-            delivery_id: delivery_id(&event_id, &sub.subscription_id),
-            payload: format!(r#"{{"event":"{event_id}"}}"#).into_bytes(),
-            event_id,
-            tenant_id: sub.tenant_id.clone(),
-            subscription_id: sub.subscription_id.clone(),
-            event_type: "invoice.paid".to_owned(),
-            occurred_at: now,
-            content_type: "application/json".to_owned(),
-            attributes: Default::default(),
-            attempt: 1,
-            created_at: now,
-            due_at: now + DELAY_MS + (rand::random::<f64>() * jitter as f64) as i64,
-            first_attempt_at: Some(now),
-            last_attempt_at: Some(now),
-            last_outcome: Some("http_503".into()),
-            policy_version: None,
-            replay_of: None,
-            traceparent: None,
-            tracestate: None,
-        };
+        let d = records::delivery(sub, &event_id, now)
+            .payload(format!(r#"{{"event":"{event_id}"}}"#).as_bytes())
+            .attempted(1, now, now, "http_503")
+            .due_at(now + DELAY_MS + (rand::random::<f64>() * jitter as f64) as i64)
+            .build();
         due.insert(d.delivery_id.clone(), d.due_at);
         let value = encode(&d);
         let key = d.tenant_id.clone();

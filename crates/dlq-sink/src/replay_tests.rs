@@ -1,37 +1,27 @@
 #![allow(clippy::unwrap_used)]
 
-use hookline_envelope::{delivery_id, QuarantinedEvent};
+use hookline_envelope::{fixtures::DeliveryBuilder, QuarantinedEvent};
 
 use super::*;
 use crate::row::RawRecord;
 
 fn dead_letter() -> DeadLetter {
+    let mut delivery = DeliveryBuilder::for_event("ev1", "acme", "sub1")
+        .event_type("invoice.paid")
+        .at(2)
+        .occurred_at(1)
+        .due_at(3)
+        .attempted(9, 4, 5, "http_503")
+        .policy_version("p1")
+        .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+        .build();
+    delivery.replay_of = Some(ReplayOf {
+        topic: "old".into(),
+        partition: 0,
+        offset: 0,
+    });
     DeadLetter {
-        delivery: Delivery {
-            delivery_id: delivery_id("ev1", "sub1"),
-            event_id: "ev1".into(),
-            tenant_id: "acme".into(),
-            subscription_id: "sub1".into(),
-            event_type: "invoice.paid".into(),
-            occurred_at: 1,
-            content_type: "application/json".into(),
-            payload: b"{}".to_vec(),
-            attributes: Default::default(),
-            attempt: 9,
-            created_at: 2,
-            due_at: 3,
-            first_attempt_at: Some(4),
-            last_attempt_at: Some(5),
-            last_outcome: Some("http_503".into()),
-            policy_version: Some("p1".into()),
-            replay_of: Some(ReplayOf {
-                topic: "old".into(),
-                partition: 0,
-                offset: 0,
-            }),
-            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
-            tracestate: None,
-        },
+        delivery,
         reason: "exhausted".into(),
         last_status: Some(503),
         dead_at: 6,

@@ -20,6 +20,7 @@ use hookline_envelope::{delivery_id, encode, Delivery, Subscription};
 use hookline_testkit::{
     kafka,
     receiver::{Behaviour, Receiver},
+    records,
 };
 use rdkafka::producer::FutureRecord;
 use tokio_util::sync::CancellationToken;
@@ -105,28 +106,9 @@ async fn put(env: &Env, sub: &Subscription) {
 }
 
 fn first_attempt(sub: &Subscription, event_id: &str) -> Delivery {
-    let now = epoch::millis(SystemTime::now());
-    Delivery {
-        delivery_id: delivery_id(event_id, &sub.subscription_id),
-        payload: format!(r#"{{"event":"{event_id}"}}"#).into_bytes(),
-        event_id: event_id.into(),
-        tenant_id: sub.tenant_id.clone(),
-        subscription_id: sub.subscription_id.clone(),
-        event_type: "invoice.paid".into(),
-        occurred_at: now,
-        content_type: "application/json".into(),
-        attributes: Default::default(),
-        attempt: 0,
-        created_at: now,
-        due_at: now,
-        first_attempt_at: None,
-        last_attempt_at: None,
-        last_outcome: None,
-        policy_version: None,
-        replay_of: None,
-        traceparent: None,
-        tracestate: None,
-    }
+    records::delivery(sub, event_id, epoch::millis(SystemTime::now()))
+        .payload(format!(r#"{{"event":"{event_id}"}}"#).as_bytes())
+        .build()
 }
 
 /// A 410 disables the subscription; the deliveries published after it are kept

@@ -13,10 +13,11 @@ use std::time::{Duration, SystemTime};
 use clap::Parser;
 use common::{wait_for_archive, Env};
 use hookline_core::epoch;
-use hookline_envelope::{delivery_id, encode, Delivery, Subscription};
+use hookline_envelope::{encode, Delivery, Subscription};
 use hookline_testkit::{
     kafka,
     receiver::{Behaviour, Receiver},
+    records,
 };
 use rdkafka::producer::FutureRecord;
 use serde_json::Value;
@@ -73,28 +74,7 @@ fn subscription(id: &str, url: &str) -> Subscription {
 }
 
 fn first_attempt(sub: &Subscription, event_id: &str) -> Delivery {
-    let now = epoch::millis(SystemTime::now());
-    Delivery {
-        delivery_id: delivery_id(event_id, &sub.subscription_id),
-        payload: b"{}".to_vec(),
-        event_id: event_id.into(),
-        tenant_id: sub.tenant_id.clone(),
-        subscription_id: sub.subscription_id.clone(),
-        event_type: "invoice.paid".into(),
-        occurred_at: now,
-        content_type: "application/json".into(),
-        attributes: Default::default(),
-        attempt: 0,
-        created_at: now,
-        due_at: now,
-        first_attempt_at: None,
-        last_attempt_at: None,
-        last_outcome: None,
-        policy_version: None,
-        replay_of: None,
-        traceparent: None,
-        tracestate: None,
-    }
+    records::delivery(sub, event_id, epoch::millis(SystemTime::now())).build()
 }
 
 /// `trace --json` steps as `(step, outcome, attempt, status, from_tier, tier)`.

@@ -9,12 +9,11 @@
 //! bytes (default 512).
 
 use std::{
-    collections::BTreeMap,
     hint::black_box,
     time::{Duration, Instant},
 };
 
-use hookline_envelope::{decode, encode, Delivery, Registry};
+use hookline_envelope::{decode, encode, fixtures::DeliveryBuilder, Delivery, Registry};
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -24,30 +23,20 @@ fn env_usize(name: &str, default: usize) -> usize {
 }
 
 fn delivery(payload: usize) -> Delivery {
-    Delivery {
-        delivery_id: "dlv_01JEXAMPLE0000000000000000".into(),
-        event_id: "evt_01JEXAMPLE0000000000000000".into(),
-        tenant_id: "tenant-0042".into(),
-        subscription_id: "sub-0042-1".into(),
-        event_type: "invoice.paid".into(),
-        occurred_at: 1_764_700_000_000,
-        content_type: "application/json".into(),
-        payload: vec![b'x'; payload],
-        attributes: BTreeMap::from([
-            ("region".to_owned(), "eu-west-1".to_owned()),
-            ("source".to_owned(), "billing".to_owned()),
-        ]),
-        attempt: 0,
-        created_at: 1_764_700_000_001,
-        due_at: 1_764_700_000_001,
-        first_attempt_at: None,
-        last_attempt_at: None,
-        last_outcome: None,
-        policy_version: None,
-        replay_of: None,
-        traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
-        tracestate: None,
-    }
+    DeliveryBuilder::new(
+        "dlv_01JEXAMPLE0000000000000000",
+        "tenant-0042",
+        "sub-0042-1",
+    )
+    .event_id("evt_01JEXAMPLE0000000000000000")
+    .event_type("invoice.paid")
+    .at(1_764_700_000_001)
+    .occurred_at(1_764_700_000_000)
+    .payload(&vec![b'x'; payload])
+    .attribute("region", "eu-west-1")
+    .attribute("source", "billing")
+    .traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+    .build()
 }
 
 /// The best of five passes, in nanoseconds per call.

@@ -7,8 +7,8 @@
 use std::time::{Duration, SystemTime};
 
 use clap::Parser;
-use hookline_envelope::{decode, delivery_id, encode, DeadLetter, Delivery, Subscription, Topics};
-use hookline_testkit::{kafka, receiver::Receiver, stage::Stage};
+use hookline_envelope::{decode, encode, DeadLetter, Delivery, Subscription, Topics};
+use hookline_testkit::{kafka, receiver::Receiver, records, stage::Stage};
 use rdkafka::{
     message::Message,
     producer::{FutureProducer, FutureRecord},
@@ -299,28 +299,9 @@ impl Env {
 /// A first-attempt delivery of event `n` for `sub`, with a JSON payload naming it.
 pub fn delivery(sub: &Subscription, n: usize) -> Delivery {
     let event_id = format!("evt-{}-{n}", sub.subscription_id);
-    let now = now_ms();
-    Delivery {
-        delivery_id: delivery_id(&event_id, &sub.subscription_id),
-        payload: format!(r#"{{"event":"{event_id}","n":{n}}}"#).into_bytes(),
-        event_id,
-        tenant_id: sub.tenant_id.clone(),
-        subscription_id: sub.subscription_id.clone(),
-        event_type: "invoice.paid".to_owned(),
-        occurred_at: now,
-        content_type: "application/json".to_owned(),
-        attributes: Default::default(),
-        attempt: 0,
-        created_at: now,
-        due_at: now,
-        first_attempt_at: None,
-        last_attempt_at: None,
-        last_outcome: None,
-        policy_version: None,
-        replay_of: None,
-        traceparent: None,
-        tracestate: None,
-    }
+    records::delivery(sub, &event_id, now_ms())
+        .payload(format!(r#"{{"event":"{event_id}","n":{n}}}"#).as_bytes())
+        .build()
 }
 
 pub fn now_ms() -> i64 {

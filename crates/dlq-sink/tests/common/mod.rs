@@ -13,7 +13,7 @@ use std::{
 use apache_avro::{from_value, Reader};
 use clap::Parser;
 use hookline_dlq_sink::row::ArchiveRow;
-use hookline_envelope::{delivery_id, DeadLetter, Delivery, Topics};
+use hookline_envelope::{fixtures::DeliveryBuilder, DeadLetter, Topics};
 use hookline_testkit::{kafka, process::KillOnDrop};
 use rdkafka::{
     message::OwnedHeaders,
@@ -192,32 +192,22 @@ impl Running {
 pub fn dead_letter(tenant: &str, n: usize, reason: &str) -> DeadLetter {
     let event_id = format!("evt-{tenant}-{n}");
     let subscription_id = format!("sub-{tenant}-{}", n % 2);
+    let event_type = if n % 3 == 0 {
+        "invoice.paid"
+    } else {
+        "order.created"
+    };
     DeadLetter {
-        delivery: Delivery {
-            delivery_id: delivery_id(&event_id, &subscription_id),
-            event_id,
-            tenant_id: tenant.to_owned(),
-            subscription_id,
-            event_type: if n % 3 == 0 {
-                "invoice.paid".into()
-            } else {
-                "order.created".into()
-            },
-            occurred_at: 1_795_990_000_000,
-            content_type: "application/json".into(),
-            payload: format!(r#"{{"n":{n}}}"#).into_bytes(),
-            attributes: [("traceparent".to_owned(), format!("00-{n}-01"))].into(),
-            attempt: 8,
-            created_at: 1_795_990_000_100,
-            due_at: 1_795_995_000_000,
-            first_attempt_at: Some(1_795_990_000_200),
-            last_attempt_at: Some(1_795_995_000_000),
-            last_outcome: Some("http_503".into()),
-            policy_version: Some("ladder-v1".into()),
-            replay_of: None,
-            traceparent: None,
-            tracestate: None,
-        },
+        delivery: DeliveryBuilder::for_event(&event_id, tenant, &subscription_id)
+            .event_type(event_type)
+            .at(1_795_990_000_100)
+            .occurred_at(1_795_990_000_000)
+            .due_at(1_795_995_000_000)
+            .payload(format!(r#"{{"n":{n}}}"#).as_bytes())
+            .attribute("traceparent", &format!("00-{n}-01"))
+            .attempted(8, 1_795_990_000_200, 1_795_995_000_000, "http_503")
+            .policy_version("ladder-v1")
+            .build(),
         reason: reason.to_owned(),
         last_status: Some(503),
         dead_at: 1_795_995_000_500 + n as i64,

@@ -4,7 +4,8 @@
 //! — and what must become of it; and the good deliveries written between them.
 
 use hookline_envelope::{
-    delivery_id, encode, DeadLetter, Delivery, DomainEvent, QuarantinedEvent, Subscription,
+    encode, fixtures::DeliveryBuilder, DeadLetter, Delivery, DomainEvent, QuarantinedEvent,
+    Subscription,
 };
 use hookline_testkit::pipeline::{now_us, payload, Pipeline};
 
@@ -70,52 +71,24 @@ fn event(id: &str, payload_len: usize) -> DomainEvent {
 pub(super) fn delivery(p: &Pipeline, seq: u64, tenant: &str, sub: &str, attempt: i32) -> Delivery {
     let event_id = p.event_id(seq);
     let now = now_us() / 1000;
-    Delivery {
-        delivery_id: delivery_id(&event_id, sub),
-        event_id,
-        tenant_id: tenant.to_owned(),
-        subscription_id: sub.to_owned(),
-        event_type: "faults.created".to_owned(),
-        occurred_at: now,
-        content_type: "application/json".to_owned(),
-        payload: payload(seq, 256),
-        attributes: Default::default(),
-        attempt,
-        created_at: now,
-        due_at: now,
-        first_attempt_at: (attempt > 0).then_some(now),
-        last_attempt_at: (attempt > 0).then_some(now),
-        last_outcome: (attempt > 0).then(|| "http_503".to_owned()),
-        policy_version: None,
-        replay_of: None,
-        traceparent: None,
-        tracestate: None,
+    let first = DeliveryBuilder::for_event(&event_id, tenant, sub)
+        .event_type("faults.created")
+        .at(now)
+        .payload(&payload(seq, 256));
+    if attempt > 0 {
+        first.attempted(attempt, now, now, "http_503").build()
+    } else {
+        first.attempt(attempt).build()
     }
 }
 
 pub(super) fn dead_letter() -> DeadLetter {
     DeadLetter {
-        delivery: Delivery {
-            delivery_id: "msg_not_in_this_pipeline".to_owned(),
-            event_id: "e".to_owned(),
-            tenant_id: "bad".to_owned(),
-            subscription_id: "s".to_owned(),
-            event_type: "faults.created".to_owned(),
-            occurred_at: 0,
-            content_type: "application/json".to_owned(),
-            payload: Vec::new(),
-            attributes: Default::default(),
-            attempt: 1,
-            created_at: 0,
-            due_at: 0,
-            first_attempt_at: None,
-            last_attempt_at: None,
-            last_outcome: None,
-            policy_version: None,
-            replay_of: None,
-            traceparent: None,
-            tracestate: None,
-        },
+        delivery: DeliveryBuilder::new("msg_not_in_this_pipeline", "bad", "s")
+            .event_type("faults.created")
+            .payload(b"")
+            .attempt(1)
+            .build(),
         reason: "exhausted".to_owned(),
         last_status: None,
         dead_at: 0,
