@@ -32,7 +32,7 @@ START_TIMEOUT="${HOOKLINE_KAFKA_START_TIMEOUT:-90}"
 HEAP_OPTS="${HOOKLINE_KAFKA_HEAP_OPTS:--Xms256m -Xmx768m}"
 # G1 as Kafka's own start script sets it. On this project's 2-core machines
 # ZGC and Shenandoah gave the bench a longer tail, not a shorter one (their
-# concurrent work competes with the stages for the CPU); README "Benchmarks".
+# concurrent work competes with the stages for the CPU); docs/benchmarks.md#tried-and-rejected.
 GC_OPTS="${HOOKLINE_KAFKA_GC_OPTS:--XX:+UseG1GC -XX:MaxGCPauseMillis=20}"
 LIB="$KHOME/lib"
 STAMP="$LIB/.hookline-stamp"

@@ -21,7 +21,8 @@
 //!
 //! Memory: one hash-map entry (16-byte key hash, 8-byte timestamp, 8-byte
 //! fingerprint) and one entry of a time-ordered set (timestamp, key hash) per
-//! live key; see the README for the measured bytes per entry.
+//! live key; see docs/benchmarks.md#what-each-part-costs for the
+//! measured bytes per entry.
 
 use std::{
     collections::{BTreeSet, HashMap},

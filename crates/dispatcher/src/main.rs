@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 /// jemalloc is the whole process's malloc, librdkafka's buffers included:
 /// glibc's heap fragmented under a backlog and kept its peak. Its options are
-/// built in from `.cargo/config.toml` (README "Memory").
+/// built in from `.cargo/config.toml` (docs/operating.md#memory).
 #[cfg(all(feature = "jemalloc", target_os = "linux"))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

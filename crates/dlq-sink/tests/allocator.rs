@@ -1,5 +1,5 @@
 //! `hookline-dlq-sink` allocates with jemalloc, built with the options of
-//! `.cargo/config.toml` (README "Memory"): a build that lost either would
+//! `.cargo/config.toml` (docs/operating.md#memory): a build that lost either would
 //! fragment and keep its peak under a backlog again.
 #![cfg(all(feature = "jemalloc", target_os = "linux"))]
 

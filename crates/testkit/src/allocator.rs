@@ -1,5 +1,5 @@
 //! The services' allocator: each binary is jemalloc for the whole process,
-//! built with the options `.cargo/config.toml` sets (README "Memory"). Checked
+//! built with the options `.cargo/config.toml` sets (docs/operating.md#memory). Checked
 //! on the real binary by asking jemalloc to print its statistics at exit,
 //! which only jemalloc does, and which name the options it was built with.
 

@@ -90,8 +90,8 @@ impl WriteCap {
     /// overflow lane, and each pause for them drops what librdkafka had
     /// prefetched: at 256 records the moves, not the whale, set how long the
     /// tenants behind it waited; a 100,000-record burst took ~2.5 s to move at
-    /// 2,048 and ~1.7 s at 8,192 (README, "Isolation with a 100,000-delivery
-    /// whale").
+    /// 2,048 and ~1.7 s at 8,192 (docs/benchmarks.md,
+    /// "Isolation: what we know").
     pub const PARTITION: Self = Self {
         records: 8_192,
         bytes: 8 << 20,
