@@ -3,8 +3,10 @@ every manifest validates offline against the Kubernetes schemas, the alert
 rules pass promtool, and the properties the deployment relies on hold (grace
 period vs request timeout, probes, security context, no secret in env, the
 signing Secret mounted as a directory, the topic hook, lag scaling only on the
-ready queues, no more replicas than the partitions their consumers read). Run by `make chart-test` (deploy/helm/chart-test.sh), which
-installs helm, promtool and kubernetes-validate first."""
+ready queues, no more replicas than the partitions their consumers read, the
+services' own defaults unless a difference is listed with its reason). Run by
+`make chart-test` (deploy/helm/chart-test.sh), which installs helm, promtool
+and kubernetes-validate first."""
 
 from __future__ import annotations
 
@@ -164,7 +166,7 @@ def test_a_grace_period_below_the_drain_fails_rendering():
     assert "dispatcher.terminationGracePeriodSeconds (20) is too low" in out.stderr
     out = helm_template("--set", "dispatcher.requestTimeoutSeconds=60")
     assert out.returncode != 0
-    assert "shutdownGraceSeconds (20) is below dispatcher.requestTimeoutSeconds (60)" in out.stderr
+    assert "shutdownGraceSeconds (25) is below dispatcher.requestTimeoutSeconds (60)" in out.stderr
 
 
 @pytest.mark.parametrize("values", VALUE_FILES)
@@ -500,6 +502,149 @@ def test_every_env_var_the_chart_sets_is_a_real_flag(values, rendered):
         assert not unknown, f"`hookline-fanout topics` has no flag for {sorted(unknown)}"
 
 
+
+# --- the chart's defaults are the services' defaults ----------------------------
+
+# A value the chart renders by default that is not the binary's default, and
+# why. Keyed by (binary, flag); "*" is every binary and `hookline-fanout topics`.
+DELIBERATE: dict[tuple[str, str], str] = {
+    ("*", "--brokers"): "127.0.0.1:9092 suits a laptop; in a cluster the brokers are a Service (kafka:9092)",
+    ("*", "--log-format"): "text is for terminals; a pod's logs go to a log pipeline, which wants JSON lines",
+    ("hookline-dlq-sink", "--archive-url"): "the local archive is the PersistentVolumeClaim mounted at "
+    "dlqSink.archive.mountPath, not a directory relative to the working directory",
+    ("hookline-fanout topics", "--execute"): "the hook exists to apply the plan; run by hand, the command previews",
+}
+
+# A flag the chart sets whose binary states no default to compare with, and why.
+NO_DEFAULT: dict[tuple[str, str], str] = {
+    ("*", "--http-addr"): "each service defaults to a port of its own (9464-9466) so the three share a host; "
+    "a pod has one, metrics.port",
+    ("hookline-fanout topics", "--set"): "per-topic settings; none by default",
+}
+
+
+def help_text(binary: str, *sub: str) -> str:
+    path = BIN_DIR / binary
+    assert path.exists(), f"{path} missing: chart-test builds the binaries first"
+    # Without HOOKLINE_* variables, which clap would show in place of nothing.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOOKLINE_")}
+    return subprocess.run([str(path), *sub, "--help"], capture_output=True, text=True, check=True, env=env).stdout
+
+
+# An option's first line: `  -X, --name` or `      --name`, then `<VALUE>`,
+# `[=<VALUE>]` or nothing (a switch). Deeper lines are its description.
+OPTION = re.compile(r"^(?:  -\w, |      )(--[A-Za-z0-9-]+)(\[=<[^>]+>\]| <[^>]+>)?", re.M)
+
+
+def help_defaults(binary: str, *sub: str) -> dict[str, tuple[str, str | None]]:
+    """HOOKLINE_* variable -> (flag, default as --help states it, or None).
+
+    The default is clap's `[default: …]`, else one the description spells
+    ``Default: `…` `` or `(default …,`; a switch's is false."""
+    text = help_text(binary, *sub)
+    starts = list(OPTION.finditer(text))
+    found = {}
+    for m, end in zip(starts, [*(n.start() for n in starts[1:]), len(text)]):
+        block = text[m.start():end]
+        env = re.search(r"\[env: (HOOKLINE_[A-Z0-9_]+)[=\]]", block)
+        if not env:
+            continue
+        flag, value = m.group(1), m.group(2)
+        joined = " ".join(block.split())
+        stated = (re.search(r"^\s*\[default: (.*)\]\s*$", block, re.M)
+                  or re.search(r"Default: `([^`]+)`", joined)
+                  or re.search(r"\(default ([^\s,;)]+)[,;)]", joined))
+        default = stated.group(1) if stated else ("false" if not value else None)
+        if default == '""':
+            default = ""
+        found[env.group(1)] = (flag, default)
+    return found
+
+
+UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def duration_ms(text: str) -> int | None:
+    parts = re.findall(r"(\d+)(ms|s|m|h|d)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    return sum(int(n) * UNITS_MS[u] for n, u in parts)
+
+
+def same_setting(a: str, b: str) -> bool:
+    """Equal as the services read them: durations by length (`25s` is
+    `25000ms`), numbers by value, lists and `name=value` pairs item by item."""
+    a, b = str(a).strip(), str(b).strip()
+    if a == b:
+        return True
+    da, db = duration_ms(a), duration_ms(b)
+    if da is not None and db is not None:
+        return da == db
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        pass
+    pa, pb = re.split(r"[,;=]", a), re.split(r"[,;=]", b)
+    return len(pa) > 1 and len(pa) == len(pb) and all(map(same_setting, pa, pb))
+
+
+def rendered_settings(docs: list[dict]) -> dict[str, dict[str, str]]:
+    """What each binary is started with by the rendered chart: binary (or
+    `hookline-fanout topics`) -> HOOKLINE_* variable -> value."""
+    out = {}
+    for dep in kinds(docs, "Deployment"):
+        comp = component_of(dep)
+        (c,) = dep["spec"]["template"]["spec"]["containers"]
+        env = dict(configmap_env(docs, comp))
+        env.update({e["name"]: e["value"] for e in c.get("env", []) if "value" in e})
+        out[BINARIES[comp]] = env
+    for job in kinds(docs, "Job"):
+        (c,) = job["spec"]["template"]["spec"]["containers"]
+        out["hookline-fanout topics"] = {e["name"]: e["value"] for e in c["env"]}
+    return out
+
+
+def listed(table: dict, binary: str, flag: str) -> str | None:
+    return table.get((binary, flag)) or table.get(("*", flag))
+
+
+def test_the_charts_defaults_are_the_services_defaults(rendered):
+    """Every HOOKLINE_* value the chart renders with its default values is the
+    binary's own default (`--help`), or a deliberate difference in DELIBERATE,
+    or a flag with no stated default in NO_DEFAULT. A default lives in the
+    binary: a chart that restates it differently runs production on settings
+    nobody chose."""
+    settings = rendered_settings(rendered[("defaults", KUBE_DEFAULT)])
+    assert set(settings) == {*BINARIES.values(), "hookline-fanout topics"}
+    differ, unexplained, used = [], [], set()
+    for binary, env in settings.items():
+        defaults = help_defaults(*binary.split())
+        for name, value in sorted(env.items()):
+            assert name in defaults, f"{binary} has no flag for {name}"
+            flag, default = defaults[name]
+            deliberate, no_default = listed(DELIBERATE, binary, flag), listed(NO_DEFAULT, binary, flag)
+            used |= {k for k in ((binary, flag), ("*", flag)) if k in DELIBERATE or k in NO_DEFAULT}
+            if default is None:
+                if not no_default:
+                    unexplained.append(f"{binary} {flag} ({name}={value!r}) states no default")
+            elif same_setting(value, default):
+                assert not deliberate, f"{binary} {flag}: listed as deliberate but agrees ({value!r})"
+            elif not deliberate:
+                differ.append(f"{binary} {flag} ({name}): chart {value!r}, binary {default!r}")
+    assert not differ, "the chart's defaults differ from the binaries':\n" + "\n".join(differ)
+    assert not unexplained, "\n".join(unexplained)
+    stale = (set(DELIBERATE) | set(NO_DEFAULT)) - used
+    assert not stale, f"listed but no longer rendered: {sorted(stale)}"
+
+
+def test_settings_compare_as_the_services_read_them():
+    for a, b in [("25s", "25000ms"), ("1m", "60s"), ("1h30m", "90m"), ("24h", "1d"), ("12", "12"),
+                 ("0.5", "0.50"), ("", ""), ("retry-10s=10s,retry-1m=1m", "retry-10s=10000ms,retry-1m=60s")]:
+        assert same_setting(a, b), (a, b)
+    for a, b in [("20s", "25s"), ("10s", "10"), ("json", "text"), ("a=1s,b=2s", "a=1s"), ("", "0")]:
+        assert not same_setting(a, b), (a, b)
+
+
 # --- topics --------------------------------------------------------------------
 
 
@@ -791,7 +936,8 @@ def metric_names_in_code() -> set[str]:
 
 
 # Names the alerts and dashboard use that crates/runtime/src/metric_names/ does
-# not define yet (DESIGN §6 implies them); their owners are told to match them.
+# not define yet (the monitoring design implies them); their owners are told to
+# match them.
 PENDING_METRICS: set[str] = set()
 
 
