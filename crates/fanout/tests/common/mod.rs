@@ -33,7 +33,21 @@ pub struct Env {
 
 impl Env {
     pub async fn new(name: &str) -> Self {
+        Self::on(format!("{}.", kafka::unique_name(name))).await
+    }
+
+    /// Like [`new`](Self::new), but `events` has `partitions` partitions (the
+    /// other topics keep 3): created first, so creating the rest skips it.
+    pub async fn with_events_partitions(name: &str, partitions: i32) -> Self {
         let prefix = format!("{}.", kafka::unique_name(name));
+        let topics = Topics::with_prefix(&prefix).unwrap();
+        kafka::create_topics(&[(topics.events(), partitions)], &[])
+            .await
+            .unwrap();
+        Self::on(prefix).await
+    }
+
+    async fn on(prefix: String) -> Self {
         let topics = kafka::create_hookline_topics(&prefix).await.unwrap();
         Self {
             group: format!("{prefix}fanout"),
