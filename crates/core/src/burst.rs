@@ -190,6 +190,11 @@ impl BurstRouter {
         std::mem::take(&mut self.changes)
     }
 
+    /// Whether `tenant_id` is routed now.
+    pub fn is_routed(&self, tenant_id: &str) -> bool {
+        self.settings.enabled() && self.promotions.is_promoted(&tenant_id.to_owned())
+    }
+
     /// Tenants routed now.
     pub fn routed(&self) -> usize {
         self.promotions.promoted()

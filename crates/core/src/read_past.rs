@@ -33,10 +33,11 @@
 //!   [`CHECKPOINT_EVERY`] records, so a rebuilt window sees at least what the
 //!   live one had.
 //! - **Bounded.** At most the router's ceiling of tenants is read past (the
-//!   caller promotes only what the router promotes), and the front stops
-//!   reading past when it is `max_ahead` records ahead of the watermark
-//!   ([`ReadPast::may_read`]): the excess then waits in order, as without
-//!   read-past, and that is counted.
+//!   caller promotes only what the router promotes). The front keeps no
+//!   record it reads past: only a verdict for each one not admitted (a
+//!   duplicate) and a checkpoint every [`CHECKPOINT_EVERY`] records, until
+//!   the back has taken them. What it costs to be far ahead is the re-reading
+//!   after a crash: a new owner reads again from the watermark.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -124,16 +125,23 @@ impl ReadPast {
         }
     }
 
-    /// The front reads the record at `offset` of `tenant`; `stream_time` is the
-    /// admission window's before it. Call in offset order, for every record.
-    pub fn front(&mut self, offset: i64, tenant: &str, stream_time: Option<i64>) -> FrontVerdict {
+    /// The front reads the record at `offset` of `tenant`; `stream_times` are
+    /// the admission window's before and after it. Call in offset order, for
+    /// every record.
+    pub fn front(
+        &mut self,
+        offset: i64,
+        tenant: &str,
+        stream_times: (Option<i64>, Option<i64>),
+    ) -> FrontVerdict {
+        let (before, after) = stream_times;
         // Offsets have gaps (transaction markers, compaction): count reads.
         if self.reads % CHECKPOINT_EVERY == 0 {
-            self.checkpoints.push_back((offset, stream_time));
+            self.checkpoints.push_back((offset, before));
         }
         self.reads += 1;
         self.front = Some(offset + 1);
-        self.stream_time = stream_time;
+        self.stream_time = after;
         match self.behind.get(tenant) {
             Some(&from) if offset >= from => FrontVerdict::Back,
             _ if offset < self.done_below => FrontVerdict::Done,
@@ -202,9 +210,19 @@ impl ReadPast {
         done
     }
 
+    /// Whether the front has read the record at `offset`.
+    pub fn has_read(&self, offset: i64) -> bool {
+        self.front.is_some_and(|front| offset < front)
+    }
+
     /// Whether `tenant` is read past.
     pub fn is_behind(&self, tenant: &str) -> bool {
         self.behind.contains_key(tenant)
+    }
+
+    /// The tenants read past.
+    pub fn tenants(&self) -> impl Iterator<Item = &str> {
+        self.behind.keys().map(String::as_str)
     }
 
     /// Tenants read past.
@@ -225,12 +243,6 @@ impl ReadPast {
             Some(front) => front - self.watermark().unwrap_or(front),
             None => 0,
         }
-    }
-
-    /// Whether the front may read on: it is less than `max_ahead` records ahead
-    /// of the watermark (when nobody is read past, it always may).
-    pub fn may_read(&self, max_ahead: i64) -> bool {
-        self.behind.is_empty() || self.ahead() < max_ahead
     }
 
     /// The lowest record not yet fanned out (taken by a reader).

@@ -2,14 +2,15 @@
 //! decisions are [`hookline_core::admission`]'s) and their rebuild on assignment.
 //!
 //! Guarantee: a partition's window has observed exactly the partition's records
-//! before the next one the loop processes, whether they were processed live or
-//! read back by [`rebuild`], so a restart or a rebalance changes no decision
+//! before the next one the front reader judges, whether they were judged live
+//! or read back by [`rebuild`], so a restart or a rebalance changes no decision
 //! (beyond what `--dedup-max-keys` evicts early). The stream time that locates
 //! the rebuild's start rides in the committed offset's metadata, written in the
-//! same transaction as the offset ([`commit_metadata`]); without it (first run,
-//! an older release, the window just turned on) the rebuild starts one window
-//! before now: exact when the records after the commit carry timestamps close
-//! to now, approximate otherwise.
+//! same transaction as the offset (`crate::read_past::encode`, at or before
+//! the committed offset's record, so the rebuild reads at least what it
+//! needs); without it (first run, the window just turned on) the rebuild
+//! starts one window before now: exact when the records after the commit carry
+//! timestamps close to now, approximate otherwise.
 
 use std::{
     collections::HashMap,
@@ -29,7 +30,6 @@ use rdkafka::{
 use crate::{metrics as fm, transform};
 
 /// Marks hookline's committed-offset metadata; the stream time follows it.
-const METADATA_PREFIX: &str = "hookline.dedup.v1;stream_time=";
 /// Longest a rebuild waits for its next record before it fails (and is retried).
 const REBUILD_STALL: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(200);
@@ -84,10 +84,9 @@ impl Windows {
         observed.admission
     }
 
-    /// The metadata to commit with `partition`'s offset: its stream time.
-    pub(crate) fn commit_metadata(&self, partition: i32) -> Option<String> {
-        let stream_time = self.partitions.get(&partition)?.stream_time()?;
-        Some(format!("{METADATA_PREFIX}{stream_time}"))
+    /// The stream time of `partition`'s window: the largest record time seen.
+    pub(crate) fn stream_time(&self, partition: i32) -> Option<i64> {
+        self.partitions.get(&partition)?.stream_time()
     }
 
     pub(crate) fn window(&self) -> Duration {
@@ -97,11 +96,6 @@ impl Windows {
     pub(crate) fn max_keys(&self) -> usize {
         self.max_keys
     }
-}
-
-/// The stream time in a committed offset's metadata, if hookline wrote it.
-pub(crate) fn parse_metadata(metadata: &str) -> Option<i64> {
-    metadata.strip_prefix(METADATA_PREFIX)?.parse().ok()
 }
 
 /// A record's Kafka timestamp (create or log-append time), the window's clock.
@@ -276,11 +270,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn metadata_carries_the_stream_time_and_ignores_anything_else() {
+    fn the_stream_time_is_the_largest_record_time_seen() {
         let mut windows = Windows::new(Duration::from_secs(60), 10);
-        assert_eq!(windows.commit_metadata(3), None);
+        assert_eq!(windows.stream_time(3), None);
         windows.install(3, AdmissionWindow::new(Duration::from_secs(60), 10));
-        assert_eq!(windows.commit_metadata(3), None, "no record seen yet");
+        assert_eq!(windows.stream_time(3), None, "no record seen yet");
         let event = hookline_envelope::DomainEvent {
             event_id: "e".into(),
             tenant_id: "t".into(),
@@ -298,11 +292,7 @@ mod tests {
             windows.admit(3, Some(1_700_000_000_000), &event),
             Admission::Duplicate(admission::PayloadMatch::Same)
         );
-        let metadata = windows.commit_metadata(3).unwrap();
-        assert_eq!(parse_metadata(&metadata), Some(1_700_000_000_123));
-        for other in ["", "hookline.dedup.v1;stream_time=", "x", "stream_time=5"] {
-            assert_eq!(parse_metadata(other), None, "{other:?}");
-        }
+        assert_eq!(windows.stream_time(3), Some(1_700_000_000_123));
         // Without a window (off, or not yet rebuilt) or a timestamp: admitted, unrecorded.
         assert_eq!(windows.admit(4, Some(1), &event), Admission::Admit);
         assert_eq!(windows.admit(3, None, &event), Admission::Admit);

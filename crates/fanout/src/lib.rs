@@ -7,8 +7,10 @@
 pub mod cli;
 pub mod config;
 mod dedup;
+mod events;
 pub mod events_cli;
 mod metrics;
+mod read_past;
 mod service;
 pub mod transform;
 

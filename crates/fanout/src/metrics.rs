@@ -1,4 +1,6 @@
-//! Recording of fanout metrics; the names live in `metric_names`.
+//! Recording of fanout metrics; the names live in `metric_names`. Labels come
+//! from fixed sets: outcome, reason, payload, change, error kind ([`ErrorKind`]).
+//! Notable events are recorded through `events`, which also logs them.
 
 use std::time::Duration;
 
@@ -16,6 +18,8 @@ pub(crate) struct TxnCounts {
     pub duplicates: [usize; 2],
     /// Deliveries written to an overflow lane (of `produced`).
     pub routed: usize,
+    /// Events a back reader took (of `consumed`).
+    pub read_past: usize,
 }
 
 impl TxnCounts {
@@ -38,12 +42,68 @@ pub(crate) fn describe() {
         metrics::counter!(m::FANOUT_DEDUP_REBUILDS, label::OUTCOME => outcome).absolute(0);
     }
     metrics::counter!(m::FANOUT_DEDUP_REBUILD_RECORDS).absolute(0);
+    for change in ["started", "ended", "refused"] {
+        metrics::counter!(m::FANOUT_READ_PAST_CHANGES, label::CHANGE => change).absolute(0);
+    }
+    metrics::counter!(m::FANOUT_READ_PAST_EVENTS).absolute(0);
+    read_past(0, 0);
     metrics::counter!(m::FANOUT_OVERFLOW_ROUTED).absolute(0);
     for change in ["routed", "back"] {
         metrics::counter!(m::FANOUT_OVERFLOW_CHANGES, label::CHANGE => change).absolute(0);
     }
     metrics::gauge!(m::FANOUT_OVERFLOW_ROUTING).set(0.0);
     metrics::gauge!(m::FANOUT_OVERFLOW_WAITING).set(0.0);
+    metrics::counter!(m::FANOUT_DEDUP_FROM_NOW).absolute(0);
+    metrics::counter!(m::FANOUT_REVOKED_DROPPED).absolute(0);
+    for kind in ErrorKind::ALL {
+        metrics::counter!(m::FANOUT_ERRORS, label::KIND => kind.as_str()).absolute(0);
+    }
+}
+
+/// The `kind` label of `hookline_fanout_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum ErrorKind {
+    /// The events consumer reported an error.
+    ConsumerError,
+    /// A transaction failed; its batch goes into the next one.
+    CommitFailed,
+    /// A partition's admission window could not be rebuilt; it is tried again.
+    RebuildFailed,
+    /// A partition's committed checkpoint could not be read; it is tried again.
+    CheckpointUnread,
+    /// A back reader could not be started; it is tried again.
+    BackReaderFailed,
+}
+
+impl ErrorKind {
+    /// Every kind, for pre-registering the series.
+    pub(crate) const ALL: [Self; 5] = [
+        Self::ConsumerError,
+        Self::CommitFailed,
+        Self::RebuildFailed,
+        Self::CheckpointUnread,
+        Self::BackReaderFailed,
+    ];
+
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::ConsumerError => "consumer_error",
+            Self::CommitFailed => "commit_failed",
+            Self::RebuildFailed => "rebuild_failed",
+            Self::CheckpointUnread => "checkpoint_unread",
+            Self::BackReaderFailed => "back_reader_failed",
+        }
+    }
+}
+
+/// One error event (see `events`).
+pub(crate) fn error(kind: ErrorKind) {
+    metrics::counter!(m::FANOUT_ERRORS, label::KIND => kind.as_str()).increment(1);
+}
+
+/// Events of a revoked partition dropped from the uncommitted batch.
+pub(crate) fn revoked_dropped(n: usize) {
+    metrics::counter!(m::FANOUT_REVOKED_DROPPED).increment(n as u64);
 }
 
 /// The burst router's changes and state (`hookline_core::burst`).
@@ -58,12 +118,24 @@ pub(crate) fn routing_state(routing: usize, waiting: usize) {
     metrics::gauge!(m::FANOUT_OVERFLOW_WAITING).set(waiting as f64);
 }
 
+/// Reading past a tenant started, ended or was refused.
+pub(crate) fn read_past_change(change: &'static str) {
+    metrics::counter!(m::FANOUT_READ_PAST_CHANGES, label::CHANGE => change).increment(1);
+}
+
+/// Tenants read past and records the front is ahead, over all partitions.
+pub(crate) fn read_past(tenants: usize, ahead: i64) {
+    metrics::gauge!(m::FANOUT_READ_PAST_TENANTS).set(tenants as f64);
+    metrics::gauge!(m::FANOUT_READ_PAST_AHEAD).set(ahead as f64);
+}
+
 /// Records a committed transaction's counts (never an aborted one's).
 pub(crate) fn committed(counts: &TxnCounts) {
     metrics::counter!(m::FANOUT_EVENTS_CONSUMED).increment(counts.consumed as u64);
     metrics::counter!(m::FANOUT_DELIVERIES_PRODUCED).increment(counts.produced as u64);
     metrics::counter!(m::FANOUT_EVENTS_UNMATCHED).increment(counts.unmatched as u64);
     metrics::counter!(m::FANOUT_OVERFLOW_ROUTED).increment(counts.routed as u64);
+    metrics::counter!(m::FANOUT_READ_PAST_EVENTS).increment(counts.read_past as u64);
     for reason in &counts.quarantined {
         metrics::counter!(m::FANOUT_EVENTS_QUARANTINED, label::REASON => reason.clone())
             .increment(1);
@@ -81,29 +153,23 @@ pub(crate) fn evicted_early(n: usize) {
     }
 }
 
-/// One rebuild of a partition's admission window: logged and counted.
-pub(crate) fn rebuild(
-    partition: i32,
-    outcome: Result<(u64, i64, i64, Duration), &dyn std::fmt::Display>,
-) {
-    match outcome {
-        Ok((records, start, end, took)) => {
-            tracing::info!(
-                partition,
-                records,
-                start,
-                end,
-                took_ms = took.as_millis() as u64,
-                "rebuilt the duplicate-admission window"
-            );
+/// One rebuild of a partition's admission window: the records it read, or
+/// `None` when it failed.
+pub(crate) fn rebuild(records: Option<u64>) {
+    match records {
+        Some(records) => {
             metrics::counter!(m::FANOUT_DEDUP_REBUILDS, label::OUTCOME => "done").increment(1);
             metrics::counter!(m::FANOUT_DEDUP_REBUILD_RECORDS).increment(records);
         }
-        Err(error) => {
-            tracing::warn!(partition, %error, "rebuilding the duplicate-admission window failed; retrying, the partition waits");
-            metrics::counter!(m::FANOUT_DEDUP_REBUILDS, label::OUTCOME => "failed").increment(1);
+        None => {
+            metrics::counter!(m::FANOUT_DEDUP_REBUILDS, label::OUTCOME => "failed").increment(1)
         }
     }
+}
+
+/// A rebuild that found no committed stream time and reached back from now.
+pub(crate) fn rebuilt_from_now() {
+    metrics::counter!(m::FANOUT_DEDUP_FROM_NOW).increment(1);
 }
 
 pub(crate) fn transaction(outcome: &'static str, took: Duration) {

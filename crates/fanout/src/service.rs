@@ -11,14 +11,24 @@
 //! rather than aborted mid-commit. A revoked partition's events leave the
 //! batch; its new owner reads them again from the committed offset.
 //!
+//! Reading past a bursting tenant (`read_past`, docs/design.md#fanout): the
+//! group consumer is the front reader; a tenant the burst router routes is
+//! read past on its partition from then on, and a back reader fans its
+//! records out at a share of each transaction (at least a quarter of
+//! `--txn-max-events`), so the tenants behind it wait only for the front to
+//! read past the burst. A batch is the front's records (fanned out first)
+//! then the back's; each partition commits its watermark, the lowest record
+//! not yet fanned out, with the checkpoint of what above it is done.
+//!
 //! The duplicate-admission window (`dedup`) of a partition is rebuilt before
-//! its first record is processed; each record is decided once, the first time
-//! its batch is tried, and a retried batch reuses the decisions, so the window
-//! observes every record exactly once. The window's stream time is committed
-//! in the offset's metadata, in the same transaction.
+//! its first record is processed; every record is judged once, by the front
+//! when it reads it, in offset order, whoever fans it out, and a retried
+//! batch reuses the verdicts, so the window observes every record exactly
+//! once. Its stream time is committed in the offset's metadata, with the
+//! checkpoint, in the same transaction.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, BTreeSet, HashSet},
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
@@ -26,7 +36,9 @@ use std::{
 use futures::FutureExt;
 use hookline_core::{
     admission::{Admission, PayloadMatch},
-    epoch, Backoff, BurstRouter, Change, Route,
+    epoch,
+    read_past::{BackVerdict, Checkpoint, FrontVerdict, ReadPast},
+    Backoff, BurstRouter, Change, Route,
 };
 use hookline_envelope::{encode, Topics};
 use hookline_runtime::{
@@ -52,8 +64,9 @@ use tokio_util::sync::CancellationToken;
 use crate::{
     config::Config,
     dedup::{self, RebuildSpec, Windows},
-    metrics as fm,
-    transform::{fan_out, Duplicate, Output, Routed},
+    events, metrics as fm,
+    read_past::{self, BackReader},
+    transform::{fan_out_judged, judge, Duplicate, Judged, Output, Routed},
     FanoutError, STAGE,
 };
 
@@ -61,6 +74,8 @@ const LOOP: &str = "fanout";
 /// The readiness condition held while a partition's admission window is rebuilt.
 const DEDUP_READY: &str = "dedup_window";
 const IDLE_POLL: Duration = Duration::from_secs(1);
+/// The front's wait for its first record when a back reader has work.
+const BACK_POLL: Duration = Duration::from_millis(5);
 /// Zero-wait polls that find nothing before a batch is deemed to have all
 /// that is ready (see `collect`).
 const READY_POLLS: u32 = 2;
@@ -97,29 +112,51 @@ pub(crate) struct FanoutLoop {
     committed_at: Option<tokio::time::Instant>,
     /// The wait after the next failed transaction; reset by a commit.
     txn_retry: Backoff,
+    /// Each assigned partition's read-past progress, from its first record on.
+    past: BTreeMap<i32, ReadPast>,
+    /// The back readers of the partitions with a tenant read past.
+    backs: BTreeMap<i32, BackReader>,
+    /// Routed tenants whose id is too long to read past (said once each).
+    refused: HashSet<String>,
 }
 
-/// Events of one transaction, with the offsets they span per partition.
+/// Events of one transaction, and the partitions whose progress it commits.
 #[derive(Default)]
 struct Batch {
-    /// Each message with its admission decision, made the first time the batch
-    /// is tried and kept for its retries.
-    messages: Vec<(OwnedMessage, Option<Admission>)>,
+    /// Each record to fan out with its verdict, judged when it was read (in
+    /// offset order) and kept for the batch's retries, and which reader took
+    /// it. A tenant's records are the front's or the back's, never both in one
+    /// batch, each reader's in offset order.
+    messages: Vec<(OwnedMessage, Judged, Reader)>,
     bytes: u64,
-    /// (topic, partition) → (first offset, next offset).
-    span: BTreeMap<(String, i32), (i64, i64)>,
+    /// The partitions it moves, the front's and the back's: their watermarks
+    /// and checkpoints are committed (a partition whose records were all read
+    /// past or done moves too).
+    parts: BTreeSet<(String, i32)>,
+}
+
+/// Which reader took a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reader {
+    Front,
+    Back,
 }
 
 impl Batch {
-    fn push(&mut self, msg: OwnedMessage) {
-        let key = (msg.topic().to_owned(), msg.partition());
-        let offset = msg.offset();
-        self.span
-            .entry(key)
-            .and_modify(|(_, next)| *next = offset + 1)
-            .or_insert((offset, offset + 1));
+    fn push(&mut self, msg: OwnedMessage, judged: Judged, reader: Reader) {
+        self.touch(&msg);
         self.bytes += msg.payload().map_or(0, <[u8]>::len) as u64;
-        self.messages.push((msg, None));
+        self.messages.push((msg, judged, reader));
+    }
+
+    /// `msg`'s partition moves in this batch.
+    fn touch(&mut self, msg: &OwnedMessage) {
+        if !self
+            .parts
+            .contains(&(msg.topic().to_owned(), msg.partition()))
+        {
+            self.parts.insert((msg.topic().to_owned(), msg.partition()));
+        }
     }
 
     /// Forgets a revoked partition's messages: its new owner reads them again
@@ -127,19 +164,27 @@ impl Batch {
     fn drop_partition(&mut self, topic: &str, partition: i32) -> usize {
         let before = self.messages.len();
         self.messages
-            .retain(|(m, _)| !(m.topic() == topic && m.partition() == partition));
-        self.span.remove(&(topic.to_owned(), partition));
+            .retain(|(m, _, _)| !(m.topic() == topic && m.partition() == partition));
+        self.parts.remove(&(topic.to_owned(), partition));
         self.bytes = self
             .messages
             .iter()
-            .map(|(m, _)| m.payload().map_or(0, <[u8]>::len) as u64)
+            .map(|(m, _, _)| m.payload().map_or(0, <[u8]>::len) as u64)
             .sum();
         before - self.messages.len()
     }
 
     fn is_empty(&self) -> bool {
-        self.messages.is_empty()
+        self.messages.is_empty() && self.parts.is_empty()
     }
+}
+
+/// The tenant a record belongs to for reading past: its key (hookline keys
+/// `events` by tenant). A record keyed otherwise is never read past.
+fn key_tenant(msg: &OwnedMessage) -> &str {
+    msg.key()
+        .and_then(|k| std::str::from_utf8(k).ok())
+        .unwrap_or("")
 }
 
 impl FanoutLoop {
@@ -202,6 +247,9 @@ impl FanoutLoop {
             router,
             committed_at: None,
             txn_retry: TXN_RETRY,
+            past: BTreeMap::new(),
+            backs: BTreeMap::new(),
+            refused: HashSet::new(),
         })
     }
 
@@ -239,6 +287,9 @@ impl FanoutLoop {
             }
         }
         self.health.forget(LOOP);
+        for (_, back) in std::mem::take(&mut self.backs) {
+            back.close();
+        }
         watch.stop().await;
         Ok(())
     }
@@ -267,6 +318,12 @@ impl FanoutLoop {
         // instead, so one empty poll does not yet mean nothing is ready.
         let mut empty_polls = 0;
         let gap_ends = self.committed_at.map(|at| at + self.config.fanout.txn_gap);
+        // With a back reader that has work, wait for the front only briefly.
+        let idle = if self.back_has_work() {
+            BACK_POLL
+        } else {
+            IDLE_POLL
+        };
         while batch.messages.len() < max && batch.bytes < max_bytes {
             let ready_only = match deadline {
                 Some(d) if tokio::time::Instant::now() < d => true,
@@ -299,7 +356,7 @@ impl FanoutLoop {
             } else {
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    r = tokio::time::timeout(IDLE_POLL, consumer.recv()) => r.ok(),
+                    r = tokio::time::timeout(idle, consumer.recv()) => r.ok(),
                 }
             };
             self.drop_revoked(&mut batch);
@@ -314,21 +371,132 @@ impl FanoutLoop {
                     let msg = msg.detach();
                     // Nothing of a partition is processed before its window is
                     // in place; on shutdown the record is left for the next owner.
-                    if !self.ensure_window(&msg, stop).await {
+                    if !self.ensure_partition(&msg, stop).await {
                         break;
                     }
-                    batch.push(msg);
+                    self.read_front(msg, &mut batch);
                     deadline.get_or_insert_with(|| {
                         tokio::time::Instant::now() + self.config.fanout.txn_max_interval
                     });
                 }
                 Some(Err(error)) => {
-                    tracing::warn!(%error, "events consumer error");
+                    events::ConsumerError { error: &error }.emit();
                     break;
                 }
             }
         }
+        self.read_back(&mut batch);
         batch
+    }
+
+    /// The front reads `msg`: judged at once, in offset order (the admission
+    /// window sees every record here, whoever fans it out), then fanned out in
+    /// this batch, left to the partition's back reader (its tenant is read
+    /// past), or skipped (fanned out before a restart).
+    fn read_front(&mut self, msg: OwnedMessage, batch: &mut Batch) {
+        let partition = msg.partition();
+        let before = self.windows.as_ref().and_then(|w| w.stream_time(partition));
+        let windows = &mut self.windows;
+        let judged = judge(
+            msg.payload(),
+            self.config.fanout.max_payload_bytes,
+            |event| match windows {
+                Some(w) => w.admit(partition, dedup::record_time(&msg), event),
+                None => Admission::Admit,
+            },
+        );
+        let after = self.windows.as_ref().and_then(|w| w.stream_time(partition));
+        let past = self.past.entry(partition).or_default();
+        match past.front(msg.offset(), key_tenant(&msg), (before, after)) {
+            FrontVerdict::FanOut => batch.push(msg, judged, Reader::Front),
+            FrontVerdict::Back => {
+                if let Judged::Event(_, admission) = judged {
+                    past.judged(msg.offset(), admission);
+                }
+                batch.touch(&msg);
+            }
+            FrontVerdict::Done => batch.touch(&msg),
+        }
+    }
+
+    /// Whether a back reader can hand out a record now (it is not holding one
+    /// the front has not read yet).
+    fn back_has_work(&self) -> bool {
+        self.backs
+            .iter()
+            .any(|(partition, back)| match back.held_at() {
+                None => true,
+                Some(at) => self.past.get(partition).is_some_and(|p| p.has_read(at)),
+            })
+    }
+
+    /// Adds the read-past tenants' records the back readers have ready, up to
+    /// the back's share of the batch: what the front left of
+    /// `--txn-max-events`, and at least a quarter of it, so a busy front never
+    /// starves them.
+    fn read_back(&mut self, batch: &mut Batch) {
+        let max = self.config.fanout.txn_max_events as usize;
+        let mut budget = max.saturating_sub(batch.messages.len()).max(max / 4);
+        let topic = self.topics.events().to_owned();
+        let parts: Vec<i32> = self.past.keys().copied().collect();
+        for partition in parts {
+            let Some(past) = self.past.get_mut(&partition) else {
+                continue;
+            };
+            // A back reader lives while a tenant is read past on its partition
+            // (also when it has caught up: it then waits for the front).
+            if past.behind() == 0 {
+                if let Some(back) = self.backs.remove(&partition) {
+                    back.close();
+                }
+                continue;
+            }
+            if !self.backs.contains_key(&partition) {
+                let Some(from) = past.back_from() else {
+                    continue;
+                };
+                match BackReader::new(&self.config.common, &topic, partition, from) {
+                    Ok(back) => {
+                        events::BackReaderStarted { partition, from }.emit();
+                        self.backs.insert(partition, back);
+                    }
+                    Err(error) => {
+                        events::BackReaderFailed {
+                            partition,
+                            error: &error,
+                        }
+                        .emit();
+                        continue;
+                    }
+                }
+            }
+            let Some(back) = self.backs.get_mut(&partition) else {
+                continue;
+            };
+            while budget > 0 {
+                let Some(msg) = back.next() else {
+                    break;
+                };
+                match past.back(msg.offset(), key_tenant(&msg)) {
+                    BackVerdict::Wait => {
+                        back.hold(msg);
+                        break;
+                    }
+                    BackVerdict::Skip => {}
+                    BackVerdict::FanOut(admission) => {
+                        let judged =
+                            match judge(msg.payload(), self.config.fanout.max_payload_bytes, |_| {
+                                admission
+                            }) {
+                                Judged::Event(event, _) => Judged::Event(event, admission),
+                                unusable => unusable,
+                            };
+                        batch.push(msg, judged, Reader::Back);
+                        budget -= 1;
+                    }
+                }
+            }
+        }
     }
 
     fn drop_revoked(&mut self, batch: &mut Batch) {
@@ -336,53 +504,96 @@ impl FanoutLoop {
             if let Some(windows) = &mut self.windows {
                 windows.forget(partition);
             }
+            self.past.remove(&partition);
+            if let Some(back) = self.backs.remove(&partition) {
+                back.close();
+            }
             let dropped = batch.drop_partition(&topic, partition);
             if dropped > 0 {
-                tracing::info!(%topic, partition, dropped, "dropped a revoked partition's uncommitted events");
+                events::RevokedDropped {
+                    topic: &topic,
+                    partition,
+                    dropped,
+                }
+                .emit();
             }
         }
     }
 
-    /// Makes sure `msg`'s partition has its admission window, rebuilding it from
-    /// the partition's records before `msg` (retried until it works). False only
-    /// if `stop` fired first.
-    async fn ensure_window(&mut self, msg: &OwnedMessage, stop: &CancellationToken) -> bool {
+    /// Makes sure `msg`'s partition, on its first record here, has its
+    /// read-past progress, restored from the checkpoint committed with its
+    /// offset, and its admission window, rebuilt from the partition's records
+    /// before `msg` (each retried until it works). False only if `stop` fired
+    /// first.
+    async fn ensure_partition(&mut self, msg: &OwnedMessage, stop: &CancellationToken) -> bool {
         let partition = msg.partition();
-        let Some(windows) = &self.windows else {
-            return true;
-        };
-        if windows.has(partition) {
+        let has_window = |w: &Option<Windows>| w.as_ref().is_none_or(|w| w.has(partition));
+        if self.past.contains_key(&partition) && has_window(&self.windows) {
             return true;
         }
         self.health.set_ready(
             DEDUP_READY,
             Err(format!(
-                "rebuilding the duplicate-admission window of events partition {partition}"
+                "restoring the progress and rebuilding the duplicate-admission window of events partition {partition}"
             )),
         );
-        let (window, max_keys) = (windows.window(), windows.max_keys());
         let mut backoff = REBUILD_RETRY;
+        let mut stream_time = None;
         loop {
-            let started = Instant::now();
-            let outcome = self.rebuild_once(msg, window, max_keys).await;
-            match outcome {
-                Ok(rebuilt) => {
-                    fm::rebuild(
-                        partition,
-                        Ok((
-                            rebuilt.records,
-                            rebuilt.start,
-                            msg.offset(),
-                            started.elapsed(),
-                        )),
-                    );
-                    if let Some(windows) = &mut self.windows {
-                        windows.install(partition, rebuilt.window);
+            if !self.past.contains_key(&partition) {
+                match self.committed_checkpoint(msg).await {
+                    Ok(checkpoint) => {
+                        stream_time = checkpoint.as_ref().and_then(|c| c.stream_time);
+                        if let Some(c) = checkpoint.as_ref().filter(|c| !c.tenants.is_empty()) {
+                            events::ReadPastRestored {
+                                partition,
+                                watermark: c.watermark,
+                                front: c.front,
+                                tenants: c.tenants.len(),
+                            }
+                            .emit();
+                        }
+                        self.past.insert(partition, ReadPast::restore(checkpoint));
                     }
-                    self.health.set_ready(DEDUP_READY, Ok(()));
-                    return true;
+                    Err(error) => events::CheckpointUnread {
+                        partition,
+                        error: &error,
+                    }
+                    .emit(),
                 }
-                Err(error) => fm::rebuild(partition, Err(&error)),
+            }
+            if self.past.contains_key(&partition) {
+                match &self.windows {
+                    Some(w) if !w.has(partition) => {
+                        let (window, max_keys) = (w.window(), w.max_keys());
+                        let started = Instant::now();
+                        match self.rebuild_once(msg, window, max_keys, stream_time).await {
+                            Ok(rebuilt) => {
+                                events::WindowRebuilt {
+                                    partition,
+                                    records: rebuilt.records,
+                                    start: rebuilt.start,
+                                    end: msg.offset(),
+                                    took: started.elapsed(),
+                                }
+                                .emit();
+                                if let Some(windows) = &mut self.windows {
+                                    windows.install(partition, rebuilt.window);
+                                }
+                            }
+                            Err(error) => events::WindowRebuildFailed {
+                                partition,
+                                error: &error,
+                            }
+                            .emit(),
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if self.past.contains_key(&partition) && has_window(&self.windows) {
+                self.health.set_ready(DEDUP_READY, Ok(()));
+                return true;
             }
             self.health.beat(LOOP);
             tokio::select! {
@@ -392,14 +603,12 @@ impl FanoutLoop {
         }
     }
 
-    /// One rebuild attempt: the committed stream time from the offset's metadata
-    /// (else now), then the records from one window before it up to `msg`.
-    async fn rebuild_once(
-        &mut self,
+    /// The checkpoint committed with `msg`'s partition's offset: `None` when
+    /// nothing is committed, or hookline did not write its metadata.
+    async fn committed_checkpoint(
+        &self,
         msg: &OwnedMessage,
-        window: Duration,
-        max_keys: usize,
-    ) -> Result<dedup::Rebuilt, FanoutError> {
+    ) -> Result<Option<Checkpoint>, FanoutError> {
         let (topic, partition) = (msg.topic().to_owned(), msg.partition());
         let consumer = Arc::clone(&self.consumer);
         let timeout = self.config.fanout.txn_timeout;
@@ -410,18 +619,32 @@ impl FanoutLoop {
                 .await
                 .map_err(|e| FanoutError::Join(e.to_string()))?
                 .map_err(|e| kafka_err("reading the committed offset's metadata", e))?;
-        let committed_stream_time = committed
+        Ok(committed
             .find_partition(&topic, partition)
-            .and_then(|e| dedup::parse_metadata(e.metadata()));
-        if committed_stream_time.is_none() {
-            tracing::info!(partition, "no stream time committed with the offset; the admission window reaches back from now");
+            .and_then(|e| match e.offset() {
+                Offset::Offset(offset) => read_past::decode(e.metadata(), offset),
+                _ => None,
+            }))
+    }
+
+    /// One rebuild attempt: from one window before `stream_time` (the
+    /// committed one, else now) up to `msg`.
+    async fn rebuild_once(
+        &mut self,
+        msg: &OwnedMessage,
+        window: Duration,
+        max_keys: usize,
+        stream_time: Option<i64>,
+    ) -> Result<dedup::Rebuilt, FanoutError> {
+        let partition = msg.partition();
+        if stream_time.is_none() {
+            events::NoCommittedStreamTime { partition }.emit();
         }
         let spec = RebuildSpec {
-            topic,
+            topic: msg.topic().to_owned(),
             partition,
             end: msg.offset(),
-            from_stream_time: committed_stream_time
-                .unwrap_or_else(|| epoch::millis(SystemTime::now())),
+            from_stream_time: stream_time.unwrap_or_else(|| epoch::millis(SystemTime::now())),
             window,
             max_keys,
             max_payload_bytes: self.config.fanout.max_payload_bytes,
@@ -466,6 +689,7 @@ impl FanoutLoop {
                 self.access.granted();
                 self.txn_retry.reset();
                 self.committed_at = Some(tokio::time::Instant::now());
+                self.settle_read_past();
                 fm::transaction("committed", started.elapsed());
                 fm::committed(&counts);
                 return Ok(None);
@@ -476,11 +700,16 @@ impl FanoutLoop {
                     // Re-created: the new producer fences the old one.
                     TxnError::Fatal(_) | TxnError::Stuck { .. } => "fenced",
                 };
-                tracing::warn!(%error, events = batch.messages.len(), "transaction failed; aborting (or re-creating the producer), the batch goes into the next one");
+                events::TransactionFailed {
+                    error: &error,
+                    events: batch.messages.len(),
+                    outcome,
+                    took: started.elapsed(),
+                }
+                .emit();
                 if let Some(denial) = self.denial(&error) {
                     self.access.refused(denial, &error);
                 }
-                fm::transaction(outcome, started.elapsed());
                 self.txn.recover(&error, stop).await?;
             }
         }
@@ -533,24 +762,25 @@ impl FanoutLoop {
         self.router.tick(now);
         let mut counts = fm::TxnCounts {
             consumed: batch.messages.len(),
+            read_past: batch
+                .messages
+                .iter()
+                .filter(|(_, _, r)| *r == Reader::Back)
+                .count(),
             ..fm::TxnCounts::default()
         };
-        for (msg, decided) in &mut batch.messages {
-            let windows = &mut self.windows;
-            let output = fan_out(
+        for (msg, judged, reader) in &batch.messages {
+            let output = fan_out_judged(
                 kafka::source_record(msg),
+                judged,
                 kafka::trace_context(msg).as_ref(),
                 || kafka::quarantined_headers(msg),
                 |tenant, ty| self.subs.matching(tenant, ty),
-                |event| {
-                    *decided.get_or_insert_with(|| match windows {
-                        Some(w) => w.admit(msg.partition(), dedup::record_time(msg), event),
-                        None => Admission::Admit,
-                    })
-                },
-                self.config.fanout.max_payload_bytes,
                 now_ms,
             );
+            if let (Reader::Front, Judged::Event(event, _)) = (reader, judged) {
+                self.read_past_if_routed(msg, &event.tenant_id);
+            }
             match output {
                 Output::Deliveries(deliveries) => {
                     for Routed {
@@ -598,20 +828,20 @@ impl FanoutLoop {
                 }
                 Output::Unmatched => counts.unmatched += 1,
                 Output::Duplicate(Duplicate::Same) => {
-                    tracing::debug!(
-                        partition = msg.partition(),
-                        offset = msg.offset(),
-                        "a duplicate within the admission window; not fanned out again"
-                    );
+                    events::DuplicateDropped {
+                        partition: msg.partition(),
+                        offset: msg.offset(),
+                    }
+                    .emit();
                     counts.duplicate(PayloadMatch::Same);
                 }
                 Output::Duplicate(Duplicate::Changed(q)) => {
-                    tracing::warn!(
-                        partition = q.source_partition,
-                        offset = q.source_offset,
-                        detail = %q.detail,
-                        "quarantining a duplicate with another payload"
-                    );
+                    events::ChangedDuplicateQuarantined {
+                        partition: q.source_partition,
+                        offset: q.source_offset,
+                        detail: &q.detail,
+                    }
+                    .emit();
                     counts.duplicate(PayloadMatch::Changed);
                     counts.quarantined.push(q.reason.clone());
                     let key = q.key.clone().unwrap_or_default();
@@ -622,13 +852,13 @@ impl FanoutLoop {
                     }
                 }
                 Output::Quarantine(q) => {
-                    tracing::warn!(
-                        partition = q.source_partition,
-                        offset = q.source_offset,
-                        reason = %q.reason,
-                        detail = %q.detail,
-                        "quarantining an unusable event"
-                    );
+                    events::UnusableQuarantined {
+                        partition: q.source_partition,
+                        offset: q.source_offset,
+                        reason: &q.reason,
+                        detail: &q.detail,
+                    }
+                    .emit();
                     counts.quarantined.push(q.reason.clone());
                     let key = q.key.clone().unwrap_or_default();
                     let topic = self.topics.quarantine();
@@ -640,20 +870,18 @@ impl FanoutLoop {
             }
         }
         let mut offsets = TopicPartitionList::new();
-        for ((topic, partition), (_, next)) in &batch.span {
+        for (topic, partition) in &batch.parts {
+            // The lowest record not yet fanned out, with what above it is done
+            // and the stream time a rebuild reaches back from.
+            let Some(checkpoint) = self.past.get_mut(partition).and_then(ReadPast::checkpoint)
+            else {
+                continue;
+            };
             offsets
-                .add_partition_offset(topic, *partition, Offset::Offset(*next))
+                .add_partition_offset(topic, *partition, Offset::Offset(checkpoint.watermark))
                 .map_err(TxnError::Abortable)?;
-            // The window's stream time after this partition's last record in the
-            // batch: where its next owner's rebuild reaches back from.
-            let metadata = self
-                .windows
-                .as_ref()
-                .and_then(|w| w.commit_metadata(*partition));
-            if let (Some(metadata), Some(mut elem)) =
-                (metadata, offsets.find_partition(topic, *partition))
-            {
-                elem.set_metadata(metadata);
+            if let Some(mut elem) = offsets.find_partition(topic, *partition) {
+                elem.set_metadata(read_past::encode(&checkpoint));
             }
         }
         let group = self
@@ -666,25 +894,88 @@ impl FanoutLoop {
 }
 
 impl FanoutLoop {
+    /// Reads the tenant of `msg` (a record the front fanned out) past on its
+    /// partition from now on, if the burst router routes it: its later records
+    /// there go to the back reader, so the tenants behind it wait only for the
+    /// front to read past them. Not if its id would not fit in the
+    /// partition's committed metadata.
+    fn read_past_if_routed(&mut self, msg: &OwnedMessage, tenant_id: &str) {
+        let tenant = key_tenant(msg);
+        if tenant != tenant_id || !self.router.is_routed(tenant_id) {
+            return;
+        }
+        let Some(past) = self.past.get_mut(&msg.partition()) else {
+            return;
+        };
+        if past.is_behind(tenant) {
+            return;
+        }
+        if !read_past::room_for(past, tenant) {
+            if self.refused.insert(tenant.to_owned()) {
+                events::ReadPastRefused {
+                    partition: msg.partition(),
+                    tenant_id: tenant,
+                }
+                .emit();
+            }
+            return;
+        }
+        if past.promote(tenant) {
+            events::ReadPastStarted {
+                partition: msg.partition(),
+                tenant_id: tenant,
+            }
+            .emit();
+        }
+    }
+
+    /// After a commit: ends reading past the tenants the back readers have
+    /// caught up with and the router no longer routes, closes the back
+    /// readers with nothing left to do, and refreshes the read-past gauges.
+    fn settle_read_past(&mut self) {
+        let router = &self.router;
+        let (mut tenants, mut ahead) = (0, 0);
+        for (partition, past) in &mut self.past {
+            for tenant_id in past.settle(|t| router.is_routed(t)) {
+                events::ReadPastEnded {
+                    partition: *partition,
+                    tenant_id: &tenant_id,
+                }
+                .emit();
+            }
+            if past.behind() == 0 {
+                if let Some(back) = self.backs.remove(partition) {
+                    back.close();
+                }
+            }
+            tenants += past.behind();
+            ahead += past.ahead();
+        }
+        fm::read_past(tenants, ahead);
+    }
+
     /// Logs and counts the burst router's changes since the last call.
     fn report_routing(&mut self) {
         let changes = self.router.take_changes();
         let (routing, waiting) = (self.router.routed(), self.router.waiting());
         for change in &changes {
-            match change {
-                Change::Promote(tenant_id) => tracing::info!(
-                    %tenant_id,
-                    lane = Topics::lane_of(tenant_id, self.router.settings().lanes),
-                    routing,
-                    "a tenant's burst: its unordered deliveries now go straight to its overflow lane"
+            let (tenant_id, lane) = match change {
+                Change::Promote(tenant_id) => (
+                    tenant_id,
+                    Some(Topics::lane_of(tenant_id, self.router.settings().lanes)),
                 ),
-                Change::Demote(tenant_id) => tracing::info!(
-                    %tenant_id,
-                    routing,
-                    "a routed tenant calmed down: its deliveries go to deliveries again"
-                ),
+                Change::Demote(tenant_id) => {
+                    self.refused.remove(tenant_id);
+                    (tenant_id, None)
+                }
+            };
+            events::RoutingChanged {
+                tenant_id,
+                lane,
+                routing,
+                waiting,
             }
-            fm::routing(matches!(change, Change::Promote(_)), routing, waiting);
+            .emit();
         }
         if changes.is_empty() && waiting > 0 {
             fm::routing_state(routing, waiting);

@@ -117,9 +117,6 @@ pub fn admission_key(event: &DomainEvent) -> (KeyHash, Fingerprint) {
     )
 }
 
-/// Fans one record out against `matching`, which returns the subscriptions of a
-/// tenant that want an event type, after `admit` (the
-/// admission window) has decided on the usable event.
 /// A delivery and the queue it is written to: `deliveries`, or, for a strictly
 /// ordered subscription (`ordering = strict`), `deliveries.strict`, where one in
 /// backoff holds the later ones behind it.
@@ -132,6 +129,33 @@ pub struct Routed {
     pub ordered: bool,
 }
 
+/// A record judged: the event it carries with the admission window's verdict,
+/// or why it cannot be used (then the window never saw it). Judged when the
+/// record is read, in offset order, whoever fans it out later.
+#[derive(Debug)]
+pub enum Judged {
+    Event(Box<DomainEvent>, Admission),
+    Unusable(Unusable),
+}
+
+/// Decodes `value` and, for a usable event, asks `admit` (the admission window).
+pub fn judge(
+    value: Option<&[u8]>,
+    max_payload_bytes: usize,
+    admit: impl FnOnce(&DomainEvent) -> Admission,
+) -> Judged {
+    match usable_event(value, max_payload_bytes) {
+        Ok(event) => {
+            let admission = admit(&event);
+            Judged::Event(Box::new(event), admission)
+        }
+        Err(unusable) => Judged::Unusable(unusable),
+    }
+}
+
+/// Fans one record out against `matching`, which returns the subscriptions of a
+/// tenant that want an event type, after `admit` (the admission window) has
+/// decided on the usable event: [`judge`] then [`fan_out_judged`].
 pub fn fan_out(
     input: Input<'_>,
     trace: Option<&TraceContext>,
@@ -141,16 +165,30 @@ pub fn fan_out(
     max_payload_bytes: usize,
     now_ms: i64,
 ) -> Output {
-    let quarantined = |unusable: Unusable| Box::new(unusable.quarantine(&input, headers(), now_ms));
-    let event = match usable_event(input.value, max_payload_bytes) {
-        Ok(event) => event,
-        Err(unusable) => return Output::Quarantine(quarantined(unusable)),
+    let judged = judge(input.value, max_payload_bytes, admit);
+    fan_out_judged(input, &judged, trace, headers, matching, now_ms)
+}
+
+/// Fans out a record already [`judge`]d.
+pub fn fan_out_judged(
+    input: Input<'_>,
+    judged: &Judged,
+    trace: Option<&TraceContext>,
+    headers: impl FnOnce() -> Vec<QuarantinedHeader>,
+    matching: impl FnOnce(&str, &str) -> Vec<Arc<LiveSubscription>>,
+    now_ms: i64,
+) -> Output {
+    let quarantined =
+        |unusable: &Unusable| Box::new(unusable.quarantine(&input, headers(), now_ms));
+    let (event, admission) = match judged {
+        Judged::Event(event, admission) => (event, *admission),
+        Judged::Unusable(unusable) => return Output::Quarantine(quarantined(unusable)),
     };
-    match admit(&event) {
+    match admission {
         Admission::Admit => {}
         Admission::Duplicate(PayloadMatch::Same) => return Output::Duplicate(Duplicate::Same),
         Admission::Duplicate(PayloadMatch::Changed) => {
-            return Output::Duplicate(Duplicate::Changed(quarantined(Unusable::new(
+            return Output::Duplicate(Duplicate::Changed(quarantined(&Unusable::new(
                 QuarantineReason::DuplicateChangedPayload,
                 format!(
                     "event_id `{}` of tenant `{}` appeared on this partition within the \

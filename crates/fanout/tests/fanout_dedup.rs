@@ -131,7 +131,7 @@ async fn after_kill_9_the_rebuilt_window_still_fans_out_once() {
     assert_eq!(offset, 2);
     assert_eq!(
         metadata,
-        format!("hookline.dedup.v1;stream_time={}", t + 20)
+        format!("hookline.fanout.v2;stream_time={};front=2;past=", t + 20)
     );
 
     fanout.kill().await.unwrap();
@@ -157,7 +157,7 @@ async fn after_kill_9_the_rebuilt_window_still_fans_out_once() {
     assert_eq!(offset, 5);
     assert_eq!(
         metadata,
-        format!("hookline.dedup.v1;stream_time={}", t + 30_020)
+        format!("hookline.fanout.v2;stream_time={};front=5;past=", t + 30_020)
     );
 }
 
@@ -323,5 +323,9 @@ async fn a_zero_window_turns_the_check_off() {
     fanout.stop().await.unwrap();
 
     assert_eq!(pairs(&deliveries), expected(&["e1", "e1"]));
-    assert_eq!(committed(&env).await.1, "", "no window, no metadata");
+    assert_eq!(
+        committed(&env).await.1,
+        "hookline.fanout.v2;stream_time=-;front=2;past=",
+        "no window: the checkpoint without a stream time"
+    );
 }

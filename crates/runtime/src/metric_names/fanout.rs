@@ -29,6 +29,24 @@ pub const FANOUT_OVERFLOW_ROUTING: &str = "hookline_fanout_overflow_routing";
 pub const FANOUT_OVERFLOW_WAITING: &str = "hookline_fanout_overflow_waiting";
 /// routing changes by `change` (`routed`, `back`).
 pub const FANOUT_OVERFLOW_CHANGES: &str = "hookline_fanout_overflow_changes_total";
+/// admission-window rebuilds that found no stream time committed with the offset
+/// and reached back from now.
+pub const FANOUT_DEDUP_FROM_NOW: &str = "hookline_fanout_dedup_rebuilds_from_now_total";
+/// events dropped from an uncommitted batch when their partition was revoked
+/// (the new owner reads them again).
+pub const FANOUT_REVOKED_DROPPED: &str = "hookline_fanout_revoked_events_dropped_total";
+/// error events by bounded `kind` (`consumer_error`, `commit_failed`,
+/// `rebuild_failed`; see the fanout's `events` module). Each is also logged.
+pub const FANOUT_ERRORS: &str = "hookline_fanout_errors_total";
+
+/// tenants read past now (their records left to a back reader), all partitions.
+pub const FANOUT_READ_PAST_TENANTS: &str = "hookline_fanout_read_past_tenants";
+/// records the front reader is ahead of the committed watermark, all partitions.
+pub const FANOUT_READ_PAST_AHEAD: &str = "hookline_fanout_read_past_ahead_records";
+/// reading past a tenant by `change` (`started`, `ended`, `refused`).
+pub const FANOUT_READ_PAST_CHANGES: &str = "hookline_fanout_read_past_changes_total";
+/// events fanned out by back readers and committed.
+pub const FANOUT_READ_PAST_EVENTS: &str = "hookline_fanout_read_past_events_total";
 
 pub(super) fn describe() {
     metrics::describe_counter!(FANOUT_EVENTS_CONSUMED, "Events consumed and committed.");
@@ -70,6 +88,34 @@ pub(super) fn describe() {
     metrics::describe_counter!(
         FANOUT_OVERFLOW_CHANGES,
         "Routing changes by change (routed: to its lane, back: to deliveries)."
+    );
+    metrics::describe_counter!(
+        FANOUT_DEDUP_FROM_NOW,
+        "Admission-window rebuilds that found no stream time committed with the offset and reached back from now."
+    );
+    metrics::describe_counter!(
+        FANOUT_REVOKED_DROPPED,
+        "Events dropped from an uncommitted batch when their partition was revoked (its new owner reads them again)."
+    );
+    metrics::describe_gauge!(
+        FANOUT_READ_PAST_TENANTS,
+        "Tenants read past now: the front reader leaves their records to a back reader."
+    );
+    metrics::describe_gauge!(
+        FANOUT_READ_PAST_AHEAD,
+        "Records the front reader is ahead of the committed watermark (re-read after a crash)."
+    );
+    metrics::describe_counter!(
+        FANOUT_READ_PAST_CHANGES,
+        "Reading past a tenant by change (started, ended, refused: its id does not fit the offset metadata)."
+    );
+    metrics::describe_counter!(
+        FANOUT_READ_PAST_EVENTS,
+        "Events fanned out by back readers (read-past tenants') and committed."
+    );
+    metrics::describe_counter!(
+        FANOUT_ERRORS,
+        "Error events of the fanout (each also logged), by kind."
     );
     metrics::describe_histogram!(
         FANOUT_TRANSACTION_DURATION,
