@@ -10,6 +10,7 @@ mod archive;
 pub mod cli;
 pub mod config;
 mod dedup;
+mod events;
 pub mod filter;
 pub mod inspect;
 mod metrics;
@@ -65,9 +66,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DlqS
     let limits = config.sink.limits()?;
     let store = ArchiveStore::open(&config.archive, true)?;
     let cleaned = store.clean_temp_files();
-    if cleaned > 0 {
-        tracing::info!(cleaned, "removed temp files left by a crash");
-    }
     let ops = Ops::start(
         config
             .common
@@ -76,6 +74,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), DlqS
     )
     .await?;
     metrics::describe();
+    // Counted once the recorder is in place.
+    if cleaned > 0 {
+        events::TempFilesRemoved { removed: cleaned }.emit();
+    }
     ops.health
         .set_ready(STAGE, Err("waiting for topics".into()));
     let result = async {

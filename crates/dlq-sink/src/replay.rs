@@ -38,6 +38,7 @@ use rdkafka::{
 
 use crate::{
     cli::{open_source, CliError, SourceArgs, EXIT_NOTHING_MATCHED, EXIT_OK, EXIT_PARTIAL},
+    events::{self, Coordinates},
     filter::FilterArgs,
     inspect::{print_counts, CountBy, Output},
     row::{ArchiveRow, Kind},
@@ -294,12 +295,12 @@ pub async fn run(
             Ok(r) => r,
             Err(NotReplayed::Failed(why)) => {
                 summary.failed += 1;
-                tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %why, "cannot replay");
+                skipped(&row, events::NotReplayed::Failed(&why));
                 continue;
             }
             Err(NotReplayed::Refused(why)) => {
                 summary.refused += 1;
-                tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %why, "refusing to replay");
+                skipped(&row, events::NotReplayed::Refused(&why));
                 continue;
             }
         };
@@ -313,7 +314,7 @@ pub async fn run(
         }
         if exists.get(&record.topic) == Some(&false) {
             summary.failed += 1;
-            tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, destination = %record.topic, "cannot replay: the destination topic does not exist");
+            skipped(&row, events::NotReplayed::NoDestination(&record.topic));
             continue;
         }
         if let Some(pacer) = &mut pacer {
@@ -446,6 +447,24 @@ async fn send(
     ((record.topic, result), row)
 }
 
+/// Where a row was read, for its events.
+fn coordinates(row: &ArchiveRow) -> Coordinates<'_> {
+    Coordinates {
+        topic: &row.topic,
+        partition: row.partition,
+        offset: row.offset,
+    }
+}
+
+/// A row not replayed, and why.
+fn skipped(row: &ArchiveRow, why: events::NotReplayed<'_>) {
+    events::ReplaySkipped {
+        at: coordinates(row),
+        why,
+    }
+    .emit();
+}
+
 /// Counts a finished send: replayed (by destination) or failed.
 fn settle(
     done: Option<(SendResult, ArchiveRow)>,
@@ -459,7 +478,12 @@ fn settle(
         }
         Some(((destination, Err(why)), row)) => {
             summary.failed += 1;
-            tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %destination, %why, "replay send failed");
+            events::ReplaySendFailed {
+                at: coordinates(&row),
+                destination: &destination,
+                why: &why,
+            }
+            .emit();
         }
         None => {}
     }

@@ -35,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     archive::{FileKey, Limits, OpenFiles},
+    events::{self, Coordinates},
     metrics as sm,
     row::{ArchiveRow, Kind},
     source::row_of,
@@ -131,7 +132,7 @@ impl SinkLoop {
                         .append(kind, &row, epoch::millis(SystemTime::now()))?
                 }
                 Some(Ok(None)) => {}
-                Some(Err(error)) => tracing::warn!(%error, "consumer error; continuing"),
+                Some(Err(error)) => events::ConsumerError { error: &error }.emit(),
                 None => {}
             }
             self.health.beat(LOOP);
@@ -171,7 +172,12 @@ impl SinkLoop {
             let dropped = self.files.drop_partition(&topic, partition);
             self.committed.remove(&(topic.clone(), partition));
             if dropped > 0 {
-                tracing::info!(%topic, partition, dropped, "revoked partition's unarchived rows left to its new owner");
+                events::RevokedRowsDropped {
+                    topic: &topic,
+                    partition,
+                    dropped,
+                }
+                .emit();
             }
         }
     }
@@ -184,15 +190,20 @@ impl SinkLoop {
         } else if msg.topic() == self.topics.attempts() {
             Kind::Attempts
         } else {
-            tracing::warn!(
-                topic = msg.topic(),
-                "record from an unexpected topic; ignored"
-            );
+            events::UnexpectedTopic { topic: msg.topic() }.emit();
             return None;
         };
         let row = row_of(kind, msg, epoch::millis(SystemTime::now()));
         if let Some(error) = &row.decode_error {
-            tracing::warn!(topic = %row.topic, partition = row.partition, offset = row.offset, %error, "archiving an undecodable record raw");
+            events::ArchivedRaw {
+                at: Coordinates {
+                    topic: &row.topic,
+                    partition: row.partition,
+                    offset: row.offset,
+                },
+                error,
+            }
+            .emit();
         }
         Some((kind, row))
     }
@@ -226,7 +237,12 @@ impl SinkLoop {
                 },
                 |error, wait| {
                     health.set_ready(STAGE, Err(format!("cannot write to the archive: {error}")));
-                    tracing::warn!(error = %hookline_envelope::error_chain(error), %path, retry_in_ms = wait.as_millis() as u64, "archive write failed; retrying");
+                    events::ArchiveWriteFailed {
+                        path: &path,
+                        error: &hookline_envelope::error_chain(error),
+                        retry_in_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                    }
+                    .emit();
                     health.beat(LOOP);
                     if deadline.is_none() && stop.is_cancelled() {
                         deadline = Some(Instant::now() + grace);
@@ -269,10 +285,7 @@ impl SinkLoop {
                 self.committed.extend(moved);
             }
             Err(error) => {
-                // Not fatal: the rows are durable; a later commit covers them, and a
-                // crash before then only archives them again.
-                sm::commit(false);
-                tracing::warn!(%error, "offset commit failed");
+                events::CommitFailed { error: &error }.emit();
             }
         }
     }

@@ -15,6 +15,15 @@ pub const DLQ_SINK_OLDEST_UNARCHIVED_AGE: &str = "hookline_dlq_sink_oldest_unarc
 pub const DLQ_SINK_BUFFERED_RECORDS: &str = "hookline_dlq_sink_buffered_records";
 /// Offset commits by `outcome` (`ok`, `error`).
 pub const DLQ_SINK_COMMITS: &str = "hookline_dlq_sink_commits_total";
+/// Rows read but not yet archived that were dropped when their partition was
+/// revoked (the new owner reads them again).
+pub const DLQ_SINK_REVOKED_DROPPED: &str = "hookline_dlq_sink_revoked_rows_dropped_total";
+/// Temporary files a crash left in the archive, removed at start.
+pub const DLQ_SINK_TEMP_FILES_REMOVED: &str = "hookline_dlq_sink_temp_files_removed_total";
+/// Error events by bounded `kind` (`consumer_error`, `unexpected_topic`,
+/// `archive_write_failed`, `commit_failed`, `replay_failed`, `replay_refused`;
+/// see the dlq-sink's `events` module). Each is also logged.
+pub const DLQ_SINK_ERRORS: &str = "hookline_dlq_sink_errors_total";
 
 pub(super) fn describe() {
     metrics::describe_counter!(
@@ -45,4 +54,16 @@ pub(super) fn describe() {
         "Records buffered in open archive files, not yet durable."
     );
     metrics::describe_counter!(DLQ_SINK_COMMITS, "Offset commits by outcome.");
+    metrics::describe_counter!(
+        DLQ_SINK_REVOKED_DROPPED,
+        "Unarchived rows dropped when their partition was revoked (its new owner reads them again)."
+    );
+    metrics::describe_counter!(
+        DLQ_SINK_TEMP_FILES_REMOVED,
+        "Temporary files a crash left in the archive, removed at start."
+    );
+    metrics::describe_counter!(
+        DLQ_SINK_ERRORS,
+        "Error events of the dlq-sink (each also logged), by kind."
+    );
 }
