@@ -59,11 +59,12 @@ const SMALL_EVERY: Duration = Duration::from_millis(20);
 /// being readable, while a whale's import is fanned out: one bound for an
 /// import ten times the size. Reading past the import, a small event waits
 /// for about the transaction in hand and the next (each at most
-/// `TXN_MAX_EVENTS` events plus the back's share of the whale), well under a
-/// second in a debug build on 2 cores. Without reading past, it waits for the
-/// rest of the import ahead of it, which grows with the import: in a debug
-/// build on 2 cores about 0.7 s for 2,000 events and 6.4 s for 20,000.
-const SMALL_MAX_WAIT: Duration = Duration::from_secs(3);
+/// `TXN_MAX_EVENTS` events plus the back's share of the whale): at most
+/// 0.3 s for 2,000 events and 0.9 s for 20,000 in a debug build on 2 busy
+/// cores. Without reading past, it waits for the rest of the import ahead of
+/// it, which grows with the import: 0.6–0.7 s for 2,000 events and 3.6–6.4 s
+/// for 20,000 there. 2 s is between, with room on both sides.
+const SMALL_MAX_WAIT: Duration = Duration::from_secs(2);
 /// Small transactions keep fanout mid-import long enough to be killed there.
 const TXN_MAX_EVENTS: &str = "200";
 /// Below one transaction's worth of the whale's deliveries that the router
@@ -217,12 +218,13 @@ async fn whale_ahead_of_a_small_tenant(import: usize) -> Waits {
     fanout.kill().await.unwrap();
     let small_seen = reader.stop();
 
-    // The small tenant's events produced while the import was fanned out;
-    // not those whose wait spans the kill and restart (produced before the
-    // restarted fanout was consuming again, readable only after the kill):
-    // they wait for the group to give up on the dead member and for the
-    // restarted fanout to rebuild its window, which is not what is measured.
-    let mut waits: Vec<Duration> = Vec::new();
+    // (wait, produced) in ms of the small tenant's events produced while the
+    // import was fanned out; not of those whose wait spans the kill and
+    // restart (produced before the restarted fanout was consuming again,
+    // readable only after the kill): they wait for the group to give up on
+    // the dead member and for the restarted fanout to rebuild its window,
+    // which is not what is measured.
+    let mut waits: Vec<(i64, i64)> = Vec::new();
     let mut across_kill = 0;
     for &(produced, readable) in small_seen.values() {
         if produced > whale_done_at {
@@ -232,17 +234,23 @@ async fn whale_ahead_of_a_small_tenant(import: usize) -> Waits {
             across_kill += 1;
             continue;
         }
-        waits.push(Duration::from_millis(
-            u64::try_from(readable - produced).unwrap_or(0),
-        ));
+        waits.push((readable - produced, produced));
     }
     waits.sort();
+    let ms = |w: Option<&(i64, i64)>| {
+        Duration::from_millis(w.map_or(0, |(ms, _)| u64::try_from(*ms).unwrap_or(0)))
+    };
     let w = Waits {
         import,
         n: waits.len(),
-        p50: waits.get(waits.len() / 2).copied().unwrap_or_default(),
-        max: waits.last().copied().unwrap_or_default(),
+        p50: ms(waits.get(waits.len() / 2)),
+        max: ms(waits.last()),
     };
+    // When the longest wait began, from the restarted fanout's first write
+    // (negative: before the kill).
+    let longest_from_resumed = waits
+        .last()
+        .map_or(0, |(_, produced)| produced - resumed_at);
 
     // Everything written, read once more to its end.
     let mut written = Vec::new();
@@ -260,7 +268,8 @@ async fn whale_ahead_of_a_small_tenant(import: usize) -> Waits {
         "import of {import} events ({whale_total} deliveries, {on_lanes} on the whale's lane, \
          {at_kill} readable at the kill; restarted fanout ready {} ms and consuming {} ms after \
          the kill; all fanned out {fanned_out_in:?} after the import began): small tenant \
-         n={} p50={:?} max={:?} ({across_kill} waits across the kill left out)",
+         n={} p50={:?} max={:?}, produced {longest_from_resumed} ms after the restarted \
+         fanout consumed again ({across_kill} waits across the kill left out)",
         ready_at - killed_at,
         resumed_at - killed_at,
         w.n,
