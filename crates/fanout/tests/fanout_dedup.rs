@@ -157,7 +157,10 @@ async fn after_kill_9_the_rebuilt_window_still_fans_out_once() {
     assert_eq!(offset, 5);
     assert_eq!(
         metadata,
-        format!("hookline.fanout.v2;stream_time={};front=5;past=", t + 30_020)
+        format!(
+            "hookline.fanout.v2;stream_time={};front=5;past=",
+            t + 30_020
+        )
     );
 }
 
