@@ -25,6 +25,7 @@ use std::{
 use common::Env;
 use hookline_core::epoch;
 use hookline_envelope::{decode, delivery_id, encode, Delivery, Subscription, ORDERING_STRICT};
+use hookline_runtime::kafka::{Offsets, ReadCommitted, StartAt};
 use hookline_testkit::{
     kafka,
     records::{event, subscription},
@@ -435,8 +436,7 @@ impl LiveReader {
     fn start(topics: &[String]) -> Self {
         let consumer: BaseConsumer = kafka::client_config()
             .set("group.id", kafka::unique_name("read-past-live"))
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_committed")
+            .read_committed(StartAt::Earliest, Offsets::Explicit)
             // A committed record is handed over within this, not the
             // default 500 ms: the readable time is measured by it.
             .set("fetch.wait.max.ms", "20")

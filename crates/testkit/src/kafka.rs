@@ -15,6 +15,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
+use hookline_runtime::kafka::{Offsets, ReadCommitted, StartAt};
 use rdkafka::{
     admin::{AdminClient, AdminOptions, NewTopic, TopicReplication},
     client::DefaultClientContext,
@@ -133,9 +134,7 @@ pub fn producer() -> FutureProducer {
 pub fn consumer(group: &str) -> StreamConsumer {
     client_config()
         .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("isolation.level", "read_committed")
+        .read_committed(StartAt::Earliest, Offsets::Explicit)
         .create()
         .expect("creating test consumer")
 }
@@ -181,9 +180,8 @@ pub async fn read_to_end(topic: &str) -> anyhow::Result<Vec<rdkafka::message::Ow
     tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let consumer: BaseConsumer = client_config()
             .set("group.id", unique_name("reader"))
-            .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true")
-            .set("isolation.level", "read_committed")
+            .read_committed(StartAt::Earliest, Offsets::Explicit)
             .create()?;
         let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
         let partitions: Vec<i32> = metadata
