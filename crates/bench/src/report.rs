@@ -24,8 +24,28 @@ pub struct Outcome {
     /// The same figures, machine-readable.
     pub figures: serde_json::Map<String, Value>,
     pub deliveries: Option<Tally>,
-    pub stages: Vec<StageUsage>,
+    pub stages: Vec<Usage>,
     pub error: Option<String>,
+}
+
+/// One stage's resources, and which of the scenario's pipelines it ran in
+/// when the scenario has more than one.
+#[derive(Debug, Serialize)]
+pub struct Usage {
+    #[serde(flatten)]
+    pub usage: StageUsage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<&'static str>,
+}
+
+impl Usage {
+    /// The stage's name, and its pipeline's in brackets when it has one.
+    fn label(&self) -> String {
+        match self.pipeline {
+            Some(pipeline) => format!("{} ({pipeline})", self.usage.stage),
+            None => self.usage.stage.to_owned(),
+        }
+    }
 }
 
 impl Outcome {
@@ -75,18 +95,33 @@ impl Outcome {
     /// Stops the pipeline (always) and records the stages' usage and the
     /// first error of the scenario or of stopping.
     pub async fn finish(mut self, pipeline: Pipeline, result: anyhow::Result<()>) -> Self {
+        self.stop(pipeline, None, result).await;
+        self
+    }
+
+    /// [`finish`](Self::finish) for one of a scenario's pipelines: its
+    /// stages' rows are marked with `label` when given, and the first error
+    /// of any pipeline is the scenario's.
+    pub async fn stop(
+        &mut self,
+        pipeline: Pipeline,
+        label: Option<&'static str>,
+        result: anyhow::Result<()>,
+    ) {
         let stopped = pipeline.stop().await;
         if let Err(e) = result {
-            self.error = Some(format!("{e:#}"));
+            self.error.get_or_insert(format!("{e:#}"));
         }
         match stopped {
-            Ok(stages) => self.stages = stages,
+            Ok(stages) => self.stages.extend(stages.into_iter().map(|usage| Usage {
+                usage,
+                pipeline: label,
+            })),
             Err(e) => {
                 self.error
                     .get_or_insert(format!("stopping the stages: {e:#}"));
             }
         }
-        self
     }
 
     pub fn failed(mut self, e: anyhow::Error) -> Self {
@@ -174,19 +209,31 @@ pub fn print(run: &Run) {
             println!("{name:<16} {:<width$}  {first}", "FAILED");
         }
     }
+    let width = run
+        .scenarios
+        .iter()
+        .flat_map(|s| s.stages.iter().map(|u| u.label().chars().count()))
+        .max()
+        .unwrap_or(0)
+        .max(28);
     println!();
     println!(
-        "{:<16} {:<28} {:>8} {:>14}",
+        "{:<16} {:<width$} {:>8} {:>14}",
         "scenario", "process", "CPU s", "peak RSS MiB"
     );
-    println!("{}", "-".repeat(16 + 28 + 8 + 14 + 3));
+    println!("{}", "-".repeat(16 + width + 8 + 14 + 3));
     for s in &run.scenarios {
         let mut name = s.scenario;
         for u in &s.stages {
             let rss = u
+                .usage
                 .peak_rss_mib
                 .map_or_else(|| "-".to_owned(), |m| format!("{m:.0}"));
-            println!("{name:<16} {:<28} {:>8.1} {rss:>14}", u.stage, u.cpu_s);
+            println!(
+                "{name:<16} {:<width$} {:>8.1} {rss:>14}",
+                u.label(),
+                u.usage.cpu_s
+            );
             name = "";
         }
     }

@@ -43,8 +43,8 @@ fn cpu_per_delivery(out: &mut Outcome) {
     let cpu_s = out
         .stages
         .iter()
-        .find(|s| s.stage == "dispatcher")
-        .map(|s| s.cpu_s);
+        .find(|s| s.usage.stage == "dispatcher")
+        .map(|s| s.usage.cpu_s);
     let delivered = out.deliveries.as_ref().map_or(0, |t| t.delivered);
     if let (Some(cpu_s), true) = (cpu_s, delivered > 0) {
         let us = cpu_s * 1e6 / delivered as f64;
