@@ -27,8 +27,9 @@ pub struct Params {
     pub rate: Option<f64>,
     /// `BENCH_SLOW_MS`: response time of the whale's endpoint.
     pub slow_ms: u64,
-    /// `BENCH_WHALE_DELIVERIES`: the whale's backlog.
-    pub whale_deliveries: usize,
+    /// `BENCH_WHALE_EVENTS`: the whale's import in `isolation`, in events
+    /// (each matches its 8 subscriptions).
+    pub whale_events: usize,
     /// `BENCH_SMALL_RATE`: the small tenant's events/s in the isolation scenario.
     pub small_rate: f64,
     /// `BENCH_QUEUED`: deliveries queued for the dispatcher in `backlog`.
@@ -84,9 +85,7 @@ impl Params {
             backlog: env("BENCH_BACKLOG")?.unwrap_or(20_000usize).max(100),
             rate: env("BENCH_RATE")?,
             slow_ms: env("BENCH_SLOW_MS")?.unwrap_or(20u64),
-            // About as many as the whale's 32 slots drain in BENCH_SECONDS at
-            // 200 ms each: thousands.
-            whale_deliveries: env("BENCH_WHALE_DELIVERIES")?.unwrap_or(100_000),
+            whale_events: env("BENCH_WHALE_EVENTS")?.unwrap_or(100_000usize).max(1),
             small_rate: env("BENCH_SMALL_RATE")?.unwrap_or(20.0f64),
             queued: env("BENCH_QUEUED")?.unwrap_or(1_000_000usize).max(1_000),
             retry_endpoints: env("BENCH_RETRY_ENDPOINTS")?.unwrap_or(100usize).max(1),
@@ -101,6 +100,12 @@ impl Params {
             anyhow::ensure!(rate > 0.0, "BENCH_RATE must be positive");
         }
         anyhow::ensure!(p.small_rate > 0.0, "BENCH_SMALL_RATE must be positive");
+        // The old name, counted in deliveries, would otherwise be ignored
+        // without a word and the import be the default's size.
+        anyhow::ensure!(
+            std::env::var_os("BENCH_WHALE_DELIVERIES").is_none(),
+            "BENCH_WHALE_DELIVERIES is gone: set BENCH_WHALE_EVENTS (events, 8 deliveries each) instead"
+        );
         Ok(p)
     }
 

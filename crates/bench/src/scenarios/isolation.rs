@@ -1,90 +1,186 @@
 //! `isolation`: a small tenant's wait (produced → received) while a whale
-//! tenant's backlog (100,000 deliveries by default) drains through a slow
-//! endpoint, against the same small tenant alone, and the ratio of the two p99s
-//! (the goal: during ≤ 1.2 × alone). Every topic has one partition, so the
-//! whale and the small tenant share the dispatcher's partition — the worst
-//! case: only the dispatcher's overflow lanes, fair share and caps keep them
-//! apart.
+//! tenant's import goes through the pipeline, in two pipelines of their own
+//! topics and stages, one after the other. The import is `BENCH_WHALE_EVENTS`
+//! events (100,000 by default) produced in one go, each matching the whale's
+//! 8 subscriptions (4 in flight each) behind an endpoint that answers in
+//! `BENCH_SLOW_MS`; the small tenant sends `BENCH_SMALL_RATE` events/s to one
+//! subscription of its own.
 //!
-//! The whale's events go through fanout like any other, and `events` is FIFO
-//! too: while fanout writes the whale's deliveries, the small tenant's events
-//! behind them wait at fanout, not at the dispatcher. So the small tenant's
-//! waits are split at the moment fanout has committed the whale's last event:
-//! *during the whale's fan-out* (fanout's throughput decides) and *during the
-//! whale's drain* (the dispatcher's isolation decides; the goal's figure).
-//! Each phase's p99 (alone too) is also broken down by hop (fanout produced
-//! the delivery record, a `read_committed` reader of `deliveries` had it, the
-//! dispatcher started the POST, the receiver had it; see `latency`), and so
-//! is each of the drain's slowest waits, so a slow wait says where it was
-//! spent.
+//! *Shared*: every topic has one partition, so the two tenants share fanout's
+//! `events` partition and the dispatcher's `deliveries` partition, the worst
+//! case. The small tenant runs alone for `BENCH_SECONDS` (the baseline), then
+//! from just after the import is produced until the whale's last delivery has
+//! arrived. Its waits are split at the moment fanout has committed the
+//! import's last event (its group's offset, asked every 100 ms): *during
+//! fan-out* (fanout is still working through the import, written ahead of
+//! the small tenant's events on the same partition) and *during drain* (only
+//! the dispatcher's overflow lanes, fair share and caps keep the tenants
+//! apart).
+//!
+//! *Control*: the same import on the other partition of a two-partition
+//! `events` than the small tenant's, and the small tenant paced until fanout
+//! has committed the import: what sharing the machine's cores and the
+//! processes with the import costs, apart from sharing a partition, so
+//! *during fan-out ÷ control* is the partition's share. The tenants are kept
+//! apart by key, as any producer of `events` writes, rather than by producing
+//! to a chosen partition: the bench's producer
+//! partitions by key = tenant id with librdkafka's default partitioner
+//! (`consistent_random`, a CRC-32 of the key), under which `small` and
+//! `whale-apart` fall on different partitions of two (and so do their
+//! deliveries, which fanout keys by tenant too). The acknowledgements of the
+//! small tenant's warm-up event and of the import's last event say where each
+//! went, and the scenario fails when they share one. The control stops once
+//! every one of the small tenant's deliveries has arrived, without waiting
+//! for the whale's drain: the shared phase's drain counts every delivery of
+//! the same path already.
+//!
+//! Two clocks run on each import from its first event's production (see
+//! `import.rs`): fanout had *read past* it when the small tenant's first event
+//! produced after the import's last became readable (its delivery, to the
+//! `read_committed` observer of `deliveries` that `latency` uses; shared
+//! phase only), and had *fanned it out* when the import's last delivery as
+//! fanout wrote it became readable, on `deliveries` or an overflow lane.
+//!
+//! The goals, printed as figures and never failing the scenario: the small
+//! tenant's p99 during fan-out ≤ 1.5 × the control's, its p99 during the
+//! drain ≤ 1.5 × alone, and its longest wait during fan-out ≤ 1 s. Each
+//! phase's p99 is also broken down by hop (fanout produced the delivery
+//! record, the observer had it, the dispatcher started the POST, the receiver
+//! had it; see `latency`), and so is each of the drain's slowest waits.
+
+mod import;
+mod rows;
 
 use std::{
-    sync::{
-        atomic::{AtomicI64, Ordering},
-        Arc,
-    },
+    collections::HashSet,
+    sync::atomic::Ordering,
     time::{Duration, Instant},
 };
 
-use hookline_testkit::{
-    kafka,
-    receiver::{Behaviour, Recorded},
-};
+use anyhow::Context as _;
+use hookline_envelope::delivery_id;
+use hookline_testkit::receiver::Behaviour;
 
-use super::{
-    latency::{hop_samples, HopWaits, Observer},
-    pace, waits, waits_ms, warm_up, Context, STALL,
+use self::{
+    import::Import,
+    rows::{goals, hop_row, import_row, slowest, summary_row},
 };
+use super::{latency::Observer, pace, waits_ms, warm_up, Context, STALL};
 use crate::{
     params::Params,
-    pipeline::{now_us, Pipeline, Spec, ATTEMPT_STARTED_HEADER},
+    pipeline::{epoch_us, now_us, Pipeline, Spec},
     report::Outcome,
-    stats::{ms, Summary},
+    stats::Summary,
 };
 
+const SMALL: &str = "small";
+const SMALL_SUBSCRIPTION: &str = "small-s0";
+const WHALE: &str = "whale";
+/// The control's whale: on the other partition of two than [`SMALL`] (CRC-32
+/// of the key; checked at run time).
+const CONTROL_WHALE: &str = "whale-apart";
 const WHALE_SUBSCRIPTIONS: usize = 8;
 const MAX_IN_FLIGHT: i32 = 4;
-/// How many of the small tenant's slowest waits during the drain are shown.
-const SLOWEST_SHOWN: usize = 5;
 
 pub async fn run(params: &Params, _ctx: &mut Context) -> Outcome {
     let mut out = Outcome::new("isolation");
+    out.settings = serde_json::json!({
+        "partitions": 1,
+        "control_partitions": 2,
+        "small_rate_events_per_s": params.small_rate,
+        "baseline_s": params.scaled(1.0).as_secs_f64(),
+        "whale_events": params.whale_events,
+        "whale_subscriptions": WHALE_SUBSCRIPTIONS,
+        "max_in_flight_per_subscription": MAX_IN_FLIGHT,
+        "whale_endpoint_ms": params.slow_ms,
+    });
     let mut spec = Spec::new("isolation");
     spec.partitions = 1;
     let mut p = match Pipeline::create(spec).await {
         Ok(p) => p,
         Err(e) => return out.failed(e),
     };
-    let result = body(&mut p, params, &mut out).await;
-    out.finish(p, result).await
+    let (result, shared) = split(shared(&mut p, params, &mut out).await);
+    out.stop(p, None, result).await;
+    let Some(shared) = shared else {
+        return out;
+    };
+    let mut spec = Spec::new("isolation-control");
+    spec.partitions = 2;
+    let control = match Pipeline::create(spec).await {
+        Ok(mut c) => {
+            let (result, control) = split(control(&mut c, params, &mut out).await);
+            out.stop(c, Some("control"), result.context("control"))
+                .await;
+            control
+        }
+        Err(e) => {
+            out.error.get_or_insert(format!("control: {e:#}"));
+            None
+        }
+    };
+    goals(&mut out, &shared, control.as_ref());
+    out
 }
 
-async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::Result<()> {
+fn split<T>(result: anyhow::Result<T>) -> (anyhow::Result<()>, Option<T>) {
+    match result {
+        Ok(t) => (Ok(()), Some(t)),
+        Err(e) => (Err(e), None),
+    }
+}
+
+/// The small tenant's subscription and `whale`'s, then the stages.
+async fn start(p: &mut Pipeline, params: &Params, whale: &str) -> anyhow::Result<()> {
     let slow = Duration::from_millis(params.slow_ms);
     p.receiver.set("/whale", Behaviour::default().delay(slow));
-    let mut subs = vec![p.subscription("small-s0", "small", "/small", MAX_IN_FLIGHT)];
+    let mut subs = vec![p.subscription(SMALL_SUBSCRIPTION, SMALL, "/small", MAX_IN_FLIGHT)];
     subs.extend(
         (0..WHALE_SUBSCRIPTIONS)
-            .map(|i| p.subscription(&format!("whale-s{i}"), "whale", "/whale", MAX_IN_FLIGHT)),
+            .map(|i| p.subscription(&format!("{whale}-s{i}"), whale, "/whale", MAX_IN_FLIGHT)),
     );
     p.put_subscriptions(&subs).await?;
-    p.start().await?;
+    p.start().await
+}
+
+/// A bound on pacing the small tenant while an import of `deliveries` goes
+/// through, far enough that the pacing ends when the whale's last delivery
+/// has arrived (or fanout has committed the import), not at the bound: twice
+/// the drain at the endpoint's pace, plus 3 × `BENCH_SECONDS` (a minute at
+/// least).
+fn longest(params: &Params, deliveries: usize) -> Duration {
+    let slots = (WHALE_SUBSCRIPTIONS * MAX_IN_FLIGHT as usize) as f64;
+    let drain = deliveries as f64 * params.slow_ms as f64 / 1000.0 / slots;
+    params.scaled(3.0).max(Duration::from_secs(60)) + Duration::from_secs_f64(2.0 * drain)
+}
+
+/// What the shared phase measured that the goals compare.
+struct Shared {
+    alone: Summary,
+    fan_out: Summary,
+    drain: Summary,
+}
+
+/// The shared phase: the baseline, then the import on the small tenant's
+/// partition, until the whale's last delivery has arrived.
+async fn shared(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::Result<Shared> {
+    start(p, params, WHALE).await?;
     let mut seq = 0;
-    warm_up(p, &mut seq, &["small".to_owned()], params.payload).await?;
+    warm_up(p, &mut seq, &[SMALL.to_owned()], params.payload).await?;
     let observer = Observer::start(p).await?;
 
     // Baseline: the small tenant alone, as long as `BENCH_SECONDS`: its p99
     // is the ratio's denominator, and from 300 samples (half as long) it was
     // the 3rd slowest wait and swung 17–81 ms between runs of one build.
-    let alone_for = params.scaled(1.0);
     let alone_from = now_us();
+    let rate = params.small_rate;
     pace(
         p,
         &mut seq,
-        params.small_rate,
-        alone_for,
+        rate,
+        params.scaled(1.0),
         params.payload,
-        |_| "small".into(),
+        |_| SMALL.into(),
         |_| false,
     )
     .await?;
@@ -92,242 +188,202 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         p.wait_for_requests(p.expected(), STALL).await,
         "baseline: the small tenant's deliveries did not all arrive"
     );
-    let alone = Summary::of(waits_ms(&p.receiver.requests_to("/small"), |_, sent| {
-        sent >= alone_from
-    }));
 
-    // The whale's backlog in one go, then the small tenant at the same rate
-    // for as long as the whale drains (bounded).
-    let whale_events = params.whale_deliveries.div_ceil(WHALE_SUBSCRIPTIONS);
-    let whale_total = whale_events * WHALE_SUBSCRIPTIONS;
-    let whale_from = now_us();
-    let backlog: Vec<_> = (0..whale_events)
-        .map(|_| {
-            seq += 1;
-            p.event(seq, "whale", params.payload)
-        })
-        .collect();
-    p.produce(backlog).await?;
+    let import =
+        Import::produce(p, &mut seq, WHALE, (params.whale_events, params.payload), 1).await?;
     let drain_started = Instant::now();
-    // When fanout has committed past the whale's last event (polled every
-    // 100 ms): the small tenant's events produced after it no longer wait at
-    // fanout behind the whale.
-    let (_, whale_end) = kafka::group_progress(&p.groups.fanout, p.topics.events()).await?;
-    let fanned_out_us = Arc::new(AtomicI64::new(i64::MAX));
-    let watch = {
-        let (group, topic) = (p.groups.fanout.clone(), p.topics.events().to_owned());
-        let fanned_out_us = Arc::clone(&fanned_out_us);
-        tokio::spawn(async move {
-            loop {
-                if let Ok((committed, _)) = kafka::group_progress(&group, &topic).await {
-                    if committed >= whale_end {
-                        fanned_out_us.store(now_us(), Ordering::Relaxed);
-                        return;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-    };
-    let longest = params.scaled(3.0).max(Duration::from_secs(60));
+    let first_after = seq + 1;
+    let total = import.deliveries;
+    let longest = longest(params, total);
     pace(
         p,
         &mut seq,
-        params.small_rate,
+        rate,
         longest,
         params.payload,
-        |_| "small".into(),
-        |p| p.receiver.count_to("/whale") >= whale_total,
+        |_| SMALL.into(),
+        |p| p.receiver.count_to("/whale") >= total,
     )
     .await?;
     let tally = p.settle(STALL).await?;
-    watch.abort();
-    let fanned_out_us = fanned_out_us.load(Ordering::Relaxed);
-    let whale = p.receiver.requests_to("/whale");
-    let whale_done = whale.iter().map(|r| r.at).max().unwrap_or(drain_started);
-    let whale_done_us = whale
-        .iter()
-        .map(|r| crate::pipeline::epoch_us(r.received_at))
-        .max()
-        .unwrap_or(whale_from);
+    let times = import.times();
+    let (whale_done, whale_done_us) = {
+        let whale = p.receiver.requests_to("/whale");
+        let done = whale.iter().map(|r| r.at).max();
+        let done_us = whale.iter().map(|r| epoch_us(r.received_at)).max();
+        (
+            done.unwrap_or(drain_started),
+            done_us.unwrap_or(import.from_us),
+        )
+    };
     let drain_secs = whale_done.duration_since(drain_started).as_secs_f64();
-    let fan_out_secs = (fanned_out_us.min(whale_done_us) - whale_from) as f64 / 1e6;
+    let split_us = times.committed_us.unwrap_or(i64::MAX);
     let small = p.receiver.requests_to("/small");
-    let fanning_out = Summary::of(waits_ms(&small, |_, sent| {
-        sent >= whale_from && sent <= fanned_out_us
-    }));
-    let during = Summary::of(waits_ms(&small, |_, sent| {
-        sent > fanned_out_us && sent <= whale_done_us
-    }));
     let seen = observer.seen();
     drop(observer);
+    let read_past_us = seen
+        .get(&delivery_id(&p.event_id(first_after), SMALL_SUBSCRIPTION))
+        .map(|s| s.readable_us);
 
-    let ratio = |d: f64, a: f64| if a > 0.0 { d / a } else { f64::NAN };
-    let p50_ratio = ratio(during.p50_ms, alone.p50_ms);
-    let p99_ratio = ratio(during.p99_ms, alone.p99_ms);
-    out.settings = serde_json::json!({
-        "partitions": 1,
-        "small_rate_events_per_s": params.small_rate,
-        "baseline_s": alone_for.as_secs_f64(),
-        "whale_subscriptions": WHALE_SUBSCRIPTIONS,
-        "max_in_flight_per_subscription": MAX_IN_FLIGHT,
-        "whale_endpoint_ms": params.slow_ms,
-        "whale_deliveries": whale_total,
-    });
-    out.figure(
-        "small alone p50/p99",
-        format!(
-            "{} / {} (n={})",
-            ms(alone.p50_ms),
-            ms(alone.p99_ms),
-            alone.n
-        ),
-        "small_alone",
-        alone,
-    );
-    out.figure(
-        "small during fan-out p50/p99",
-        format!(
-            "{} / {} (n={}; fanout wrote the whale's {whale_total} deliveries in {fan_out_secs:.1} s, and events behind them wait at fanout)",
-            ms(fanning_out.p50_ms),
-            ms(fanning_out.p99_ms),
-            fanning_out.n
-        ),
-        "small_during_whale_fan_out",
-        serde_json::json!({ "summary": fanning_out, "fan_out_s": fan_out_secs }),
-    );
-    out.figure(
-        "small during whale drain p50/p99",
-        format!(
-            "{} / {} (n={})",
-            ms(during.p50_ms),
-            ms(during.p99_ms),
-            during.n
-        ),
-        "small_during_whale",
-        during,
-    );
     let phases = [
-        (
-            "  alone p99 by hop",
-            "small_alone_hops_p99",
-            alone_from,
-            whale_from.saturating_sub(1),
-        ),
+        (alone_from, import.from_us - 1),
+        (import.from_us, split_us),
+        (split_us.saturating_add(1), whale_done_us),
+    ];
+    let [alone, fan_out, drain] = phases
+        .map(|(from, to)| Summary::of(waits_ms(&small, |_, sent| sent >= from && sent <= to)));
+    summary_row(out, "small alone", "small_alone", &alone, "");
+    summary_row(
+        out,
+        "small during fan-out",
+        "small_during_whale_fan_out",
+        &fan_out,
+        "",
+    );
+    summary_row(out, "small during drain", "small_during_whale", &drain, "");
+    import_row(
+        out,
+        "whale import",
+        "whale_import",
+        &import,
+        times,
+        Some(read_past_us),
+    );
+    let hops = [
+        ("  alone p99 by hop", "small_alone_hops_p99"),
         (
             "  fan-out p99 by hop",
             "small_during_whale_fan_out_hops_p99",
-            whale_from,
-            fanned_out_us,
         ),
-        (
-            "  drain p99 by hop",
-            "small_during_whale_hops_p99",
-            fanned_out_us.saturating_add(1),
-            whale_done_us,
-        ),
+        ("  drain p99 by hop", "small_during_whale_hops_p99"),
     ];
-    for (label, key, from, to) in phases {
-        let in_phase = small
-            .iter()
-            .filter(|r| crate::pipeline::sent_us(&r.body).is_some_and(|t| t >= from && t <= to));
-        let [produced, readable, started, received] =
-            hop_samples(in_phase, &seen).map(|s| Summary::of(s).p99_ms);
-        out.figure(
-            label,
-            format!(
-                "fanout produced {}, readable {}, POST started {}, received {}",
-                ms(produced),
-                ms(readable),
-                ms(started),
-                ms(received)
-            ),
-            key,
-            serde_json::json!({
-                "fanout_produced_ms": produced,
-                "readable_ms": readable,
-                "post_started_ms": started,
-                "received_ms": received,
-            }),
-        );
+    for ((label, key), window) in hops.into_iter().zip(phases) {
+        hop_row(out, label, key, &small, &seen, window);
     }
-    out.figure(
-        "small during drain / alone",
-        format!("p50 {p50_ratio:.2} x, p99 {p99_ratio:.2} x (goal: p99 <= 1.2 x)"),
-        "small_during_over_alone",
-        serde_json::json!({ "p50": p50_ratio, "p99": p99_ratio }),
-    );
-    // Where the slowest waits of the drain fall: seconds after fanout had
-    // committed the whale (early ones waited for the whale's records ahead of
-    // them to be moved to its lane), and how long after its event was
-    // produced each hop had it.
-    let mut slow = waits(&small, |_, sent| {
-        sent > fanned_out_us && sent <= whale_done_us
-    });
-    slow.sort_unstable_by_key(|(wait, ..)| std::cmp::Reverse(*wait));
-    slow.truncate(SLOWEST_SHOWN);
-    let started = |r: &Recorded, sent: i64| {
-        r.header(ATTEMPT_STARTED_HEADER)
-            .parse::<i64>()
-            .ok()
-            .map(|s| s - sent)
-    };
-    let slowest: Vec<String> = slow
-        .iter()
-        .map(|(wait, sent, r)| {
-            let at = format!(
-                "{:.0} ms at t={:.2}s",
-                *wait as f64 / 1000.0,
-                (sent - fanned_out_us) as f64 / 1e6
-            );
-            match HopWaits::of(r, &seen) {
-                Some(h) => format!(
-                    "{at} (fanout produced +{:.0}, readable +{:.0}, POST started +{})",
-                    h.produced_ms,
-                    h.readable_ms,
-                    h.started_ms
-                        .map_or("?".to_owned(), |s| format!("{s:.0} ms")),
-                ),
-                None => format!(
-                    "{at} (POST started +{})",
-                    started(r, *sent)
-                        .map_or("?".to_owned(), |s| format!("{:.0} ms", s as f64 / 1000.0)),
-                ),
-            }
-        })
-        .collect();
-    out.figure(
-        "  slowest during drain",
-        if slowest.is_empty() {
-            "none".to_owned()
-        } else {
-            slowest.join(", ")
-        },
-        "small_during_whale_slowest",
-        serde_json::json!(slow
-            .iter()
-            .map(|(wait, sent, r)| serde_json::json!({
-                "wait_us": wait,
-                "sent_after_fan_out_us": sent - fanned_out_us,
-                "post_started_after_us": started(r, *sent),
-                "hops_ms": HopWaits::of(r, &seen).map(|h| serde_json::json!({
-                    "fanout_produced": h.produced_ms,
-                    "readable": h.readable_ms,
-                    "post_started": h.started_ms,
-                })),
-            }))
-            .collect::<Vec<_>>()),
-    );
+    slowest(out, &small, &seen, (split_us, whale_done_us));
     out.figure(
         "whale backlog",
         format!(
-            "{whale_total} deliveries through a {} ms endpoint drained in {drain_secs:.1} s ({:.0}/s)",
+            "{total} deliveries through a {} ms endpoint drained in {drain_secs:.1} s ({:.0}/s)",
             params.slow_ms,
-            whale_total as f64 / drain_secs.max(1e-9)
+            total as f64 / drain_secs.max(1e-9)
         ),
         "whale_drain_s",
         drain_secs,
     );
     out.deliveries = Some(tally);
+    Ok(Shared {
+        alone,
+        fan_out,
+        drain,
+    })
+}
+
+/// The control: the import on the other partition of `events`, the small
+/// tenant paced until fanout has committed it; returns the small tenant's
+/// waits during that time.
+async fn control(c: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::Result<Summary> {
+    start(c, params, CONTROL_WHALE).await?;
+    let mut seq = 1;
+    let warm = c.event(seq, SMALL, params.payload);
+    let small_partition = c
+        .send(&warm)?
+        .await
+        .context("the producer dropped the warm-up event")?
+        .map_err(|(e, _)| anyhow::anyhow!("producing the warm-up event: {e}"))?
+        .partition;
+    anyhow::ensure!(
+        c.wait_for_requests(c.expected(), STALL).await,
+        "warm-up: the small tenant's delivery did not arrive"
+    );
+    let observer = Observer::start(c).await?;
+
+    let events = (params.whale_events, params.payload);
+    let import = Import::produce(c, &mut seq, CONTROL_WHALE, events, 2).await?;
+    anyhow::ensure!(
+        import.partition != small_partition,
+        "tenants {SMALL:?} and {CONTROL_WHALE:?} both went to partition {small_partition} of events, \
+         and the control needs them apart: the producer partitions by key (the tenant id) with \
+         librdkafka's default partitioner; pick another CONTROL_WHALE in isolation.rs"
+    );
+    let committed = import.committed();
+    let small_from = seq + 1;
+    let (sent, _) = pace(
+        c,
+        &mut seq,
+        params.small_rate,
+        longest(params, import.deliveries),
+        params.payload,
+        |_| SMALL.into(),
+        |_| committed.load(Ordering::Relaxed) != i64::MAX,
+    )
+    .await?;
+    let ids: HashSet<String> = std::iter::once(1)
+        .chain(small_from..small_from + sent)
+        .map(|s| delivery_id(&c.event_id(s), SMALL_SUBSCRIPTION))
+        .collect();
+    small_delivered(c, &ids).await?;
+    let times = import.times();
+    let small = c.receiver.requests_to("/small");
+    let seen = observer.seen();
+    drop(observer);
+
+    let window = (import.from_us, times.committed_us.unwrap_or(i64::MAX));
+    let fan_out = Summary::of(waits_ms(&small, |_, sent| {
+        sent >= window.0 && sent <= window.1
+    }));
+    summary_row(
+        out,
+        "small, control fan-out",
+        "small_control_fan_out",
+        &fan_out,
+        "; the import on the other partition",
+    );
+    import_row(
+        out,
+        "control whale import",
+        "control_whale_import",
+        &import,
+        times,
+        None,
+    );
+    hop_row(
+        out,
+        "  control fan-out p99 by hop",
+        "small_control_fan_out_hops_p99",
+        &small,
+        &seen,
+        window,
+    );
+    Ok(fan_out)
+}
+
+/// Waits until every delivery of `ids` has had a 2xx at `/small`; an error
+/// when none of the missing ones arrives for [`STALL`].
+async fn small_delivered(c: &Pipeline, ids: &HashSet<String>) -> anyhow::Result<()> {
+    let missing = || {
+        let arrived: HashSet<String> = c
+            .receiver
+            .requests_to("/small")
+            .iter()
+            .filter(|r| (200..300).contains(&r.status))
+            .map(|r| r.header("webhook-id").to_owned())
+            .collect();
+        ids.iter().filter(|id| !arrived.contains(*id)).count()
+    };
+    let (mut last, mut changed) = (missing(), Instant::now());
+    while last > 0 {
+        anyhow::ensure!(
+            changed.elapsed() < STALL,
+            "LOST DELIVERIES: {last} of the small tenant's {} deliveries did not arrive; logs in {}",
+            ids.len(),
+            c.dir().display()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let now = missing();
+        if now != last {
+            (last, changed) = (now, Instant::now());
+        }
+    }
     Ok(())
 }
