@@ -126,7 +126,7 @@ demo:
 	$(CARGO) run -q -p hookline-demo --
 
 ## bench: named scenarios on real Kafka with the release binaries (about 15 minutes);
-## `make bench SCENARIOS=latency` runs one; BENCH_* variables are in the README.
+## `make bench SCENARIOS=latency` runs one; BENCH_* variables are in docs/benchmarks.md.
 SCENARIOS ?=
 bench: kafka-fetch
 	$(CARGO) build --release -p hookline-fanout -p hookline-dispatcher -p hookline-dlq-sink -p hookline-bench

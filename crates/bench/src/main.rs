@@ -5,7 +5,7 @@
 //! above all when it loses a delivery.
 //!
 //! `make bench` or `make bench SCENARIOS=latency`; parameters are `BENCH_*`
-//! environment variables (see `params.rs` and the README's Benchmarks section).
+//! environment variables (see `params.rs` and docs/benchmarks.md).
 
 mod bare;
 mod broker_gc;
