@@ -321,7 +321,9 @@ impl HandoffBuilder {
 pub(crate) mod tests {
     use hookline_core::{classify, AttemptResult, DeadLetterReason, Ladder, RejectReason};
     use hookline_envelope::{
-        fixtures::DeliveryBuilder, subscription_state::DisabledReason, AttemptRecord, Subscription,
+        fixtures::{self, DeliveryBuilder},
+        subscription_state::DisabledReason,
+        AttemptRecord, Subscription,
     };
 
     use super::*;
@@ -343,19 +345,13 @@ pub(crate) mod tests {
 
     pub(crate) fn subscription(id: &str, tenant: &str) -> Subscription {
         Subscription {
-            subscription_id: id.into(),
-            tenant_id: tenant.into(),
-            url: format!("https://{tenant}.example.com/hook"),
-            event_types: vec!["order.*".into()],
-            secret_ref: "k".into(),
-            enabled: true,
-            max_in_flight: 4,
-            rate_limit_per_s: None,
-            disabled_reason: None,
-            disabled_at: None,
-            ordering: "unordered".into(),
             version: 3,
-            updated_at: 0,
+            ..fixtures::subscription(
+                id,
+                tenant,
+                &["order.*"],
+                &format!("https://{tenant}.example.com/hook"),
+            )
         }
     }
 

@@ -3,7 +3,27 @@
 //! the fields it is about and a new schema field is added here once. Pure
 //! (no Kafka, no clock): times are passed in.
 
-use crate::Delivery;
+use crate::{Delivery, Subscription, ORDERING_UNORDERED};
+
+/// An enabled, unordered subscription of `tenant` to `patterns` at `url`, four
+/// in flight, its secret named `<tenant>-secret`, version 1.
+pub fn subscription(id: &str, tenant: &str, patterns: &[&str], url: &str) -> Subscription {
+    Subscription {
+        subscription_id: id.to_owned(),
+        tenant_id: tenant.to_owned(),
+        url: url.to_owned(),
+        event_types: patterns.iter().map(|p| (*p).to_owned()).collect(),
+        secret_ref: format!("{tenant}-secret"),
+        enabled: true,
+        max_in_flight: 4,
+        rate_limit_per_s: None,
+        disabled_reason: None,
+        disabled_at: None,
+        ordering: ORDERING_UNORDERED.to_owned(),
+        version: 1,
+        updated_at: 1_764_000_000_000,
+    }
+}
 
 /// Builds a [`Delivery`]: a first attempt (attempt 0, due when created) of an
 /// `order.created` event with a `{}` JSON payload, every optional field empty.

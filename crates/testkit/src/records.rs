@@ -17,23 +17,7 @@ pub fn event(event_id: &str, tenant: &str, event_type: &str) -> DomainEvent {
 }
 
 /// An enabled subscription of `tenant` to `patterns`, version 1.
-pub fn subscription(id: &str, tenant: &str, patterns: &[&str], url: &str) -> Subscription {
-    Subscription {
-        subscription_id: id.to_owned(),
-        tenant_id: tenant.to_owned(),
-        url: url.to_owned(),
-        event_types: patterns.iter().map(|p| (*p).to_owned()).collect(),
-        secret_ref: format!("{tenant}-secret"),
-        enabled: true,
-        max_in_flight: 4,
-        rate_limit_per_s: None,
-        disabled_reason: None,
-        disabled_at: None,
-        ordering: "unordered".into(),
-        version: 1,
-        updated_at: 1_764_000_000_000,
-    }
-}
+pub use hookline_envelope::fixtures::subscription;
 
 /// A delivery of `invoice.paid` event `event_id` to `sub`, as fan-out writes
 /// it at `at_ms`: a first attempt, due then; the payload `{}` until set.

@@ -183,19 +183,9 @@ impl Env {
         secret_ref: &str,
     ) -> Subscription {
         Subscription {
-            subscription_id: id.to_owned(),
-            tenant_id: tenant.to_owned(),
-            url: self.receiver.url(path),
-            event_types: vec!["*".to_owned()],
             secret_ref: secret_ref.to_owned(),
-            enabled: true,
-            max_in_flight: 4,
-            rate_limit_per_s: None,
-            disabled_reason: None,
-            disabled_at: None,
-            ordering: "unordered".into(),
-            version: 1,
             updated_at: now_ms(),
+            ..hookline_testkit::records::subscription(id, tenant, &["*"], &self.receiver.url(path))
         }
     }
 
