@@ -22,12 +22,11 @@ use rdkafka::{
     Message, Offset, Timestamp, TopicPartitionList,
 };
 
-use crate::pipeline::{now_us, Pipeline};
+// The header the dispatcher puts on a record it moved from `deliveries` to a
+// lane: such a copy is not fanout's writing.
+use hookline_dispatch_core::build::MOVED_FROM;
 
-/// The header the dispatcher puts on a record it moved from `deliveries` to
-/// a lane (`hookline_dispatch_core::build::MOVED_FROM`, a crate the bench
-/// does not depend on): such a copy is not fanout's writing.
-const MOVED_FROM: &str = "hookline-moved-from";
+use crate::pipeline::{now_us, Pipeline};
 
 /// How often fanout's committed offset is asked for.
 const POLL: Duration = Duration::from_millis(100);
