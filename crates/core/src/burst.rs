@@ -195,6 +195,13 @@ impl BurstRouter {
         self.settings.enabled() && self.promotions.is_promoted(&tenant_id.to_owned())
     }
 
+    /// The tenants routed now, each with since when.
+    pub fn routed_tenants(&self) -> impl Iterator<Item = (&str, SystemTime)> {
+        self.promotions
+            .iter_promoted()
+            .map(|(t, since)| (t.as_str(), since))
+    }
+
     /// Tenants routed now.
     pub fn routed(&self) -> usize {
         self.promotions.promoted()

@@ -220,9 +220,16 @@ impl ReadPast {
         self.behind.contains_key(tenant)
     }
 
-    /// The tenants read past.
-    pub fn tenants(&self) -> impl Iterator<Item = &str> {
-        self.behind.keys().map(String::as_str)
+    /// The tenants read past, each with the offset from which its records
+    /// are not taken yet.
+    pub fn tenants(&self) -> impl Iterator<Item = (&str, i64)> {
+        self.behind.iter().map(|(t, &from)| (t.as_str(), from))
+    }
+
+    /// How far records are judged (the front's position; after a restore, the
+    /// previous owner's until the front has re-read that far).
+    pub fn position(&self) -> Option<i64> {
+        self.reach()
     }
 
     /// Tenants read past.

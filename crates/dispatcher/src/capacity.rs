@@ -15,12 +15,9 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use hookline_core::{epoch, Usage};
 use hookline_runtime::config::parse_duration;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::{client::legacy::Client, rt::TokioExecutor};
 use serde::{Deserialize, Serialize};
 
 /// How many subscriptions and tenants each replica reports.
@@ -226,37 +223,12 @@ pub enum CapacityError {
 /// The `/capacity` URL of `--from`: `host:port` gains `http://`, an empty path
 /// becomes `/capacity`. The ops port serves plain HTTP only.
 pub fn capacity_url(from: &str) -> Result<hyper::Uri, CapacityError> {
-    let bad = |reason: &str| CapacityError::Address {
-        from: from.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let trimmed = from.trim();
-    if trimmed.is_empty() {
-        return Err(bad("empty; give host:port of a dispatcher's ops port"));
-    }
-    let full = if trimmed.contains("://") {
-        trimmed.to_owned()
-    } else {
-        format!("http://{trimmed}")
-    };
-    let uri: hyper::Uri = full
-        .parse()
-        .map_err(|e| bad(&format!("not an address or URL: {e}")))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(bad(
-            "only http:// (the ops port serves plain HTTP; port-forward it if needed)",
-        ));
-    }
-    if uri.host().is_none() {
-        return Err(bad("no host"));
-    }
-    if matches!(uri.path(), "" | "/") {
-        let authority = uri.authority().map(|a| a.as_str()).unwrap_or_default();
-        return format!("http://{authority}/capacity")
-            .parse()
-            .map_err(|e| bad(&format!("not an address or URL: {e}")));
-    }
-    Ok(uri)
+    hookline_runtime::ops_report::report_url(from, "/capacity").map_err(|reason| {
+        CapacityError::Address {
+            from: from.to_owned(),
+            reason,
+        }
+    })
 }
 
 /// Every replica read, added up: the JSON form of the command's output.
@@ -453,43 +425,18 @@ impl Fleet {
 
 /// GETs one replica's report.
 async fn read(url: &hyper::Uri, from: &str, timeout: Duration) -> Result<Report, CapacityError> {
-    let fetch = |reason: String| CapacityError::Fetch {
-        from: from.to_owned(),
-        reason,
-    };
-    let client = Client::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-    let body = async {
-        let reply = client
-            .get(url.clone())
-            .await
-            .map_err(|e| fetch(format!("GET {url}: {}", hookline_envelope::error_chain(&e))))?;
-        let status = reply.status();
-        let body = reply
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| fetch(format!("reading the answer of {url}: {e}")))?
-            .to_bytes();
-        if !status.is_success() {
-            let text = String::from_utf8_lossy(&body);
-            return Err(fetch(format!(
-                "GET {url} answered {status}: {}",
-                text.trim().chars().take(200).collect::<String>()
-            )));
-        }
-        Ok(body)
-    };
-    let body = tokio::time::timeout(timeout, body)
+    let body = hookline_runtime::ops_report::fetch(url, timeout)
         .await
-        .map_err(|_| fetch(format!("GET {url}: no answer within {timeout:?}")))??;
+        .map_err(|reason| CapacityError::Fetch {
+            from: from.to_owned(),
+            reason,
+        })?;
     serde_json::from_slice(&body).map_err(|source| CapacityError::Decode {
         from: from.to_owned(),
         source,
     })
 }
 
-/// The `capacity` command: reads every `--from`, prints the fleet, and fails
-/// (after printing what it could read) when a replica could not be read.
 pub async fn run(args: &CapacityArgs, out: &mut dyn Write) -> Result<(), CapacityError> {
     let urls = args
         .from

@@ -4,6 +4,7 @@
 //! Undecodable or oversize events go to `events.quarantine` in the same
 //! transaction; they never block a partition.
 
+pub mod capacity;
 pub mod cli;
 pub mod config;
 mod dedup;

@@ -36,6 +36,8 @@ enum Command {
     /// Print the least-privilege ACLs of every stage and command (a table, or
     /// kafka-acls.sh command lines with --format kafka-acls).
     Acls(hookline_runtime::acls::AclsArgs),
+    /// Who fanout routes and reads past, per replica (reads `/capacity`).
+    Capacity(hookline_fanout::capacity::CapacityArgs),
 }
 
 #[tokio::main]
@@ -66,6 +68,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
             let mut stdout = std::io::stdout().lock();
             hookline_runtime::provision::run(common, &args, &mut stdout).await?;
+        }
+        Some(Command::Capacity(args)) => {
+            hookline_runtime::telemetry::init_logging("warn", common.log_format)?;
+            let mut stdout = std::io::stdout().lock();
+            hookline_fanout::capacity::run(&args, &mut stdout).await?;
         }
         Some(Command::Acls(args)) => {
             hookline_runtime::telemetry::init_logging("warn", common.log_format)?;

@@ -37,7 +37,7 @@ pub(crate) const MAX_METADATA_BYTES: usize = 3_072;
 pub(crate) fn room_for(past: &ReadPast, tenant: &str) -> bool {
     const FIXED: usize = V2.len() + 64;
     const PER_TENANT: usize = 2 * 20 + 2;
-    let ids: usize = past.tenants().map(str::len).sum();
+    let ids: usize = past.tenants().map(|(t, _)| t.len()).sum();
     let tenants = past.behind() + 1;
     FIXED + tenants * PER_TENANT + ids + tenant.len() <= MAX_METADATA_BYTES
 }

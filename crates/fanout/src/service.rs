@@ -62,6 +62,7 @@ use rdkafka::{
 use tokio_util::sync::CancellationToken;
 
 use crate::{
+    capacity,
     config::Config,
     dedup::{self, RebuildSpec, Windows},
     events, metrics as fm,
@@ -118,6 +119,8 @@ pub(crate) struct FanoutLoop {
     backs: BTreeMap<i32, BackReader>,
     /// Routed tenants whose id is too long to read past (said once each).
     refused: HashSet<String>,
+    /// When the `/capacity` report was last published.
+    reported_at: Option<Instant>,
 }
 
 /// Events of one transaction, and the partitions whose progress it commits.
@@ -250,6 +253,7 @@ impl FanoutLoop {
             past: BTreeMap::new(),
             backs: BTreeMap::new(),
             refused: HashSet::new(),
+            reported_at: None,
         })
     }
 
@@ -952,6 +956,55 @@ impl FanoutLoop {
             ahead += past.ahead();
         }
         fm::read_past(tenants, ahead);
+        if self
+            .reported_at
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(1))
+        {
+            self.reported_at = Some(Instant::now());
+            self.publish_capacity();
+        }
+    }
+
+    /// Publishes who is routed and read past at `GET /capacity`.
+    fn publish_capacity(&self) {
+        let lanes = self.router.settings().lanes;
+        let report = capacity::Report {
+            at_ms: epoch::millis(SystemTime::now()),
+            ceiling: lanes,
+            routed: self
+                .router
+                .routed_tenants()
+                .map(|(tenant_id, since)| capacity::Routed {
+                    tenant_id: tenant_id.to_owned(),
+                    lane: format!("lane-{}", Topics::lane_of(tenant_id, lanes)),
+                    since_ms: epoch::millis(since),
+                })
+                .collect(),
+            waiting: self.router.waiting(),
+            read_past: self
+                .past
+                .iter()
+                .filter(|(_, p)| p.behind() > 0)
+                .filter_map(|(partition, p)| {
+                    Some(capacity::PartitionPast {
+                        partition: *partition,
+                        watermark: p.watermark()?,
+                        front: p.position()?,
+                        tenants: p
+                            .tenants()
+                            .map(|(tenant_id, from_offset)| capacity::TenantPast {
+                                tenant_id: tenant_id.to_owned(),
+                                from_offset,
+                            })
+                            .collect(),
+                    })
+                })
+                .collect(),
+        };
+        match serde_json::to_string(&report) {
+            Ok(json) => self.health.set_report("capacity", json),
+            Err(error) => tracing::debug!(%error, "encoding the capacity report"),
+        }
     }
 
     /// Logs and counts the burst router's changes since the last call.

@@ -10,6 +10,7 @@ pub mod http;
 pub mod kafka;
 pub mod metric_names;
 pub mod ops;
+pub mod ops_report;
 pub mod passthrough;
 pub mod provision;
 pub mod retry;

@@ -176,7 +176,8 @@ fn respond(
             }
             None => text(
                 StatusCode::NOT_FOUND,
-                "no capacity report here: only a running dispatcher publishes one\n".to_owned(),
+                "no capacity report here: a running dispatcher or fanout publishes one\n"
+                    .to_owned(),
             ),
         },
         _ => text(
