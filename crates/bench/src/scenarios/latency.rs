@@ -196,7 +196,7 @@ pub async fn body(
     }
     spanning_gc(out, "", &requests[before..]);
     drop(requests);
-    // Issue 18's second latency figure: at half the events/s this run
+    // The latency guard's second figure: at half the events/s this run
     // sustained, at the fan-out it sustained them at (only when the
     // throughput scenario ran before).
     if let Some(peak) = peak {
