@@ -12,7 +12,8 @@ use std::{fmt::Display, time::Duration};
 
 use crate::metrics::{self, ErrorKind};
 
-/// The events consumer reported an error; the batch so far goes ahead.
+/// The events consumer reported an error; the batch goes on with what is
+/// ready, and ends within its interval.
 pub(crate) struct ConsumerError<'a> {
     pub error: &'a dyn Display,
 }

@@ -385,7 +385,16 @@ impl FanoutLoop {
                 }
                 Some(Err(error)) => {
                     events::ConsumerError { error: &error }.emit();
-                    break;
+                    // While brokers are away the consumer queues an error
+                    // every few seconds. Ending the batch at each one took
+                    // one of them per transaction attempt (seconds apart,
+                    // with the transaction's back-off), and the rebalance
+                    // and records queued behind them waited minutes. Drain
+                    // what is ready now instead, within the batch's interval.
+                    empty_polls = 0;
+                    deadline.get_or_insert_with(|| {
+                        tokio::time::Instant::now() + self.config.fanout.txn_max_interval
+                    });
                 }
             }
         }
