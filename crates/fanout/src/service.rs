@@ -121,6 +121,8 @@ pub(crate) struct FanoutLoop {
     refused: HashSet<String>,
     /// When the `/capacity` report was last published.
     reported_at: Option<Instant>,
+    /// Each partition's watermark as last committed.
+    committed_watermarks: BTreeMap<i32, i64>,
 }
 
 /// Events of one transaction, and the partitions whose progress it commits.
@@ -254,6 +256,7 @@ impl FanoutLoop {
             backs: BTreeMap::new(),
             refused: HashSet::new(),
             reported_at: None,
+            committed_watermarks: BTreeMap::new(),
         })
     }
 
@@ -399,6 +402,16 @@ impl FanoutLoop {
             }
         }
         self.read_back(&mut batch);
+        // A watermark that moved with no record of this batch (a tenant
+        // settled after a commit) is committed too, or the group would lag
+        // behind work already done until the partition's next record.
+        for (partition, past) in &self.past {
+            if past.watermark() != self.committed_watermarks.get(partition).copied() {
+                batch
+                    .parts
+                    .insert((self.topics.events().to_owned(), *partition));
+            }
+        }
         batch
     }
 
@@ -495,7 +508,8 @@ impl FanoutLoop {
                         back.hold(msg);
                         break;
                     }
-                    BackVerdict::Skip => {}
+                    // Passing another tenant's record moves the watermark.
+                    BackVerdict::Skip => batch.touch(&msg),
                     BackVerdict::FanOut(admission) => {
                         let judged =
                             match judge(msg.payload(), self.config.fanout.max_payload_bytes, |_| {
@@ -518,6 +532,7 @@ impl FanoutLoop {
                 windows.forget(partition);
             }
             self.past.remove(&partition);
+            self.committed_watermarks.remove(&partition);
             if let Some(back) = self.backs.remove(&partition) {
                 back.close();
             }
@@ -883,6 +898,7 @@ impl FanoutLoop {
             }
         }
         let mut offsets = TopicPartitionList::new();
+        let mut watermarks = Vec::with_capacity(batch.parts.len());
         for (topic, partition) in &batch.parts {
             // The lowest record not yet fanned out, with what above it is done
             // and the stream time a rebuild reaches back from.
@@ -893,6 +909,7 @@ impl FanoutLoop {
             offsets
                 .add_partition_offset(topic, *partition, Offset::Offset(checkpoint.watermark))
                 .map_err(TxnError::Abortable)?;
+            watermarks.push((*partition, checkpoint.watermark));
             if let Some(mut elem) = offsets.find_partition(topic, *partition) {
                 elem.set_metadata(read_past::encode(&checkpoint));
             }
@@ -902,6 +919,7 @@ impl FanoutLoop {
             .group_metadata()
             .ok_or_else(|| TxnError::Abortable(KafkaError::NoMessageReceived))?;
         self.txn.commit(vec![(offsets, group)]).await?;
+        self.committed_watermarks.extend(watermarks);
         Ok(counts)
     }
 }

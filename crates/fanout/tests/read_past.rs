@@ -216,6 +216,20 @@ async fn whale_ahead_of_a_small_tenant(import: usize) -> Waits {
         // Committed to the end: nothing more will be written.
         env.drained(Duration::from_secs(60)).await;
     }
+    // The whale is still routed (the router's hold is 30 s), so `/capacity`
+    // names it, routed and read past on partition 0 (published at most once
+    // a second after a commit; the small tenant's trickle keeps committing).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut report = capacity(&fanout).await;
+    while !capacity_names_the_whale(&report) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        report = capacity(&fanout).await;
+    }
+    let named = capacity_names_the_whale(&report);
+    assert!(
+        named,
+        "GET /capacity does not name {WHALE} routed and read past: {report}"
+    );
     fanout.kill().await.unwrap();
     let small_seen = reader.stop();
 
@@ -395,6 +409,38 @@ async fn small_events(
 }
 
 /// Waits until `done`, asking every 10 ms; false if `within` passed first.
+/// The fanout's `/capacity` report.
+async fn capacity(fanout: &hookline_testkit::stage::Stage) -> String {
+    let (status, body) = hookline_testkit::stage::http_get(fanout.addr(), "/capacity")
+        .await
+        .unwrap_or((0, String::new()));
+    if status == 200 {
+        body
+    } else {
+        String::new()
+    }
+}
+
+/// Whether a `/capacity` report names the whale as routed and read past on
+/// partition 0.
+fn capacity_names_the_whale(report: &str) -> bool {
+    let Ok(r) = serde_json::from_str::<serde_json::Value>(report) else {
+        return false;
+    };
+    let routed = r["routed"]
+        .as_array()
+        .is_some_and(|ts| ts.iter().any(|t| t["tenant_id"] == WHALE));
+    let read_past = r["read_past"].as_array().is_some_and(|ps| {
+        ps.iter().any(|p| {
+            p["partition"] == 0
+                && p["tenants"]
+                    .as_array()
+                    .is_some_and(|ts| ts.iter().any(|t| t["tenant_id"] == WHALE))
+        })
+    });
+    routed && read_past
+}
+
 async fn until(within: Duration, done: impl Fn() -> bool) -> bool {
     let deadline = Instant::now() + within;
     while !done() {
