@@ -1,8 +1,10 @@
 //! A circuit breaker per subscription: after a run of failures (or too high a
 //! failure ratio over a window) it opens, and while it is open nothing is sent
 //! to the endpoint: due deliveries are parked (on a retry tier, without spending
-//! an attempt) until it is time to probe. Then one delivery probes; a success
-//! closes the breaker, a failure opens it again for twice as long, up to a cap.
+//! an attempt) until it is time to probe. Then one delivery probes, and the
+//! subscription's other due deliveries wait for its answer in memory
+//! ([`Admit::Wait`]); a success closes the breaker and releases them at once, a
+//! failure opens it again for twice as long, up to a cap.
 //! A breaker open longer than `disable_after` asks for its subscription to be
 //! disabled (its deliveries are then kept for replay).
 //!
@@ -133,6 +135,10 @@ pub enum Admit {
     Probe,
     /// Do not send it; park it until `until`, without spending an attempt.
     Park { until: SystemTime },
+    /// The probe is out: keep it (in memory, nothing written) until the probe
+    /// answers, and ask again then, or at `until` at the latest. A successful
+    /// probe thus releases what waits for it at once, not an open period later.
+    Wait { until: SystemTime },
 }
 
 /// A change of state, for the metrics and the log.
@@ -236,8 +242,9 @@ impl Breaker {
             }
             State::Probing { since, period, out } => {
                 if out {
-                    // Back when the probe has surely answered (or is itself retried).
-                    Admit::Park {
+                    // Woken by the probe's answer; `until` bounds the wait if
+                    // that were ever missed.
+                    Admit::Wait {
                         until: now + s.open_for.min(period),
                     }
                 } else {

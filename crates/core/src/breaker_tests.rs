@@ -100,8 +100,13 @@ fn open_parks_then_one_probe_then_closes_on_success() {
         Admit::Park { until }
     );
     assert_eq!(b.admit(&S, until), Admit::Probe);
-    // One probe at a time: the rest is parked meanwhile.
-    assert!(matches!(b.admit(&S, until), Admit::Park { .. }));
+    // One probe at a time: the rest waits for its answer, written nowhere.
+    assert_eq!(
+        b.admit(&S, until),
+        Admit::Wait {
+            until: until + S.open_for
+        }
+    );
     // An attempt started before it opened ends: says nothing new.
     assert_eq!(
         b.record(&S, until, Signal::Success, false),
@@ -281,8 +286,9 @@ fn op() -> impl Strategy<Value = Op> {
 
 proptest! {
     /// Driven by random admissions and attempt results: nothing is sent while it
-    /// is open, at most one probe is out at a time, a parked delivery is parked
-    /// until a time after now, and only a probe's success closes it.
+    /// is open, at most one probe is out at a time, a delivery waits only while
+    /// a probe is out, a parked delivery is parked until a time after now, and
+    /// only a probe's success closes it.
     #[test]
     fn never_sends_while_open_and_probes_one_at_a_time(ops in prop::collection::vec(op(), 1..300)) {
         let mut b = Breaker::default();
@@ -306,6 +312,11 @@ proptest! {
                         }
                         Admit::Park { until } => {
                             prop_assert!(b.is_open());
+                            prop_assert!(until > now);
+                        }
+                        Admit::Wait { until } => {
+                            prop_assert!(b.is_open());
+                            prop_assert!(in_flight.contains(&true), "waits with no probe out");
                             prop_assert!(until > now);
                         }
                     }

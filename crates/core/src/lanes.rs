@@ -814,6 +814,14 @@ impl<P: Ord + Clone> Lanes<P> {
         Ok(())
     }
 
+    /// Lets the deferred head at `offset` of `partition` start as soon as its
+    /// caps allow: what it waited for has come. Nothing when no such head is
+    /// deferred (it started, or was dropped or withdrawn meanwhile).
+    pub fn undefer(&mut self, partition: &P, offset: i64) {
+        self.deferred
+            .retain(|_, (p, o, _)| !(p == partition && *o == offset));
+    }
+
     /// Subscriptions with queued records whose rate limit holds them back now.
     pub fn rate_limited_subscriptions(&self) -> usize {
         self.rate_held().count()

@@ -371,6 +371,81 @@ async fn a_breaker_opens_parks_without_spending_attempts_probes_and_closes() {
     );
 }
 
+/// Release on recovery: the endpoint fails until the breaker has opened, then
+/// recovers. The deliveries the open breaker parked (first attempts and
+/// retries, up to 4 in flight) fall due with the probe and wait for its answer;
+/// its success sends all of them within 3 s, not an open period (5 s) later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_probe_that_closes_the_breaker_releases_every_parked_delivery_at_once() {
+    const N: usize = 20;
+    let env = Env::with_ladder("ladder-release", 1, LADDER).await;
+    env.receiver.set("/down", Behaviour::status(500));
+    let mut sub = env.subscription("sub-down", "tenant-down", "/down", "one");
+    sub.max_in_flight = 4;
+    env.put(&sub).await;
+    let running = env.start(&[
+        "--breaker-failures",
+        "3",
+        "--breaker-open",
+        "5s",
+        "--breaker-open-max",
+        "10s",
+        "--retry-jitter",
+        "0s",
+    ]);
+    let ds: Vec<Delivery> = (0..N).map(|n| delivery(&sub, n)).collect();
+    env.publish(&ds).await;
+    let opened = env
+        .receiver
+        .wait_until(Duration::from_secs(60), |r| r.len() >= 3)
+        .await;
+    assert!(opened, "the endpoint was never tried");
+    // The breaker opened at the third failure; in-flight attempts end at once.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let failed = env.receiver.count();
+    env.receiver.set("/down", Behaviour::status(204));
+    let done = env
+        .receiver
+        .wait_until(Duration::from_secs(60), |r| {
+            r.iter().filter(|q| q.status == 204).count() >= N
+        })
+        .await;
+    assert!(done, "only {} requests arrived", env.receiver.count());
+    env.committed_to_end(Duration::from_secs(30)).await;
+    running.shutdown().await;
+
+    let reqs = env.receiver.requests();
+    // Two failures free two slots before the third opens it: at most 2 + 4.
+    assert!(
+        failed <= 6,
+        "nothing sent while open but what was in flight: {failed}"
+    );
+    assert!(
+        reqs[failed..].iter().all(|r| r.status == 204),
+        "nothing failed after the endpoint recovered"
+    );
+    let mut ids: Vec<&str> = reqs[failed..]
+        .iter()
+        .map(|r| r.header("webhook-id"))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), N, "every delivery arrived once");
+    assert_eq!(reqs.len() - failed, N, "and no delivery twice");
+    let probe = reqs[failed].received_at;
+    let gap = probe.duration_since(reqs[failed - 1].received_at).unwrap();
+    assert!(
+        gap >= Duration::from_secs(4),
+        "the probe waited out the open period: {gap:?}"
+    );
+    let last = reqs.last().unwrap().received_at;
+    let released = last.duration_since(probe).unwrap();
+    assert!(
+        released <= Duration::from_secs(3),
+        "the parked deliveries arrived {released:?} after the probe that closed the breaker"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_404_goes_straight_to_the_dlq_with_reason() {
     let env = Env::with_ladder("ladder-404", 1, LADDER).await;

@@ -24,6 +24,10 @@ pub enum Decision {
         until: SystemTime,
         disable: bool,
     },
+    /// Its probe is out: wait in place for the answer, until `until` at most.
+    Wait {
+        until: SystemTime,
+    },
 }
 
 impl Breakers {
@@ -49,6 +53,7 @@ impl Breakers {
                 until,
                 disable: b.disable_due(&self.settings, now),
             },
+            Admit::Wait { until } => Decision::Wait { until },
         }
     }
 

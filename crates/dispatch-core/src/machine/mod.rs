@@ -246,6 +246,9 @@ pub struct Machine {
     /// When a tier head is due, and where a re-parked one goes.
     ladder: Ladder,
     breakers: Breakers,
+    /// Deferred heads waiting for their subscription's probe to answer, by
+    /// subscription: woken when it does.
+    probe_waiters: HashMap<String, BTreeSet<Key>>,
     overflow: Overflow,
 }
 
@@ -270,6 +273,7 @@ impl Machine {
             max_payload_bytes,
             ladder,
             breakers: Breakers::new(breaker),
+            probe_waiters: HashMap::new(),
         })
     }
 
@@ -647,14 +651,30 @@ impl Machine {
         }
         let was_probe = std::mem::take(probe);
         let subscription_id = delivery.subscription_id.clone();
-        if let Some(transition) = self
+        let transition = self
             .breakers
-            .record(&subscription_id, now, signal, was_probe)
-        {
+            .record(&subscription_id, now, signal, was_probe);
+        if was_probe {
+            self.wake_probe_waiters(&subscription_id);
+        }
+        if let Some(transition) = transition {
             self.notes.push(Note::Breaker {
                 subscription_id,
                 transition,
             });
+        }
+    }
+
+    /// The probe of `subscription_id` answered (or was lost): what waited for it
+    /// may start at once and asks the breaker again — closed, it is sent; open
+    /// again, it is parked until the next probe.
+    fn wake_probe_waiters(&mut self, subscription_id: &str) {
+        for (part, offset) in self
+            .probe_waiters
+            .remove(subscription_id)
+            .unwrap_or_default()
+        {
+            self.lanes.undefer(&part, offset);
         }
     }
 
@@ -683,6 +703,7 @@ impl Machine {
                         Signal::Neutral,
                         true,
                     );
+                    self.wake_probe_waiters(&delivery.subscription_id);
                 }
             }
             Running::Write { bytes } => {
@@ -763,6 +784,10 @@ impl Machine {
             self.gate.revoke(*part);
             self.overflow.reset(*part);
         }
+        for keys in self.probe_waiters.values_mut() {
+            keys.retain(|(p, _)| !parts.contains(p));
+        }
+        self.probe_waiters.retain(|_, keys| !keys.is_empty());
         dropped
     }
 

@@ -5,7 +5,8 @@
 //! over `--max-payload-bytes` is refused without being sent (and dead-lettered
 //! by the attempt as `payload_too_large`); a delivery whose subscription's
 //! breaker is open is parked on a tier until the breaker may probe, unattempted —
-//! or, from `deliveries.strict`, held at the head of its lane until then.
+//! or, from `deliveries.strict`, held at the head of its lane until then; while
+//! its probe is out, it waits for the probe's answer at the head of its lane.
 
 use std::time::SystemTime;
 
@@ -54,6 +55,25 @@ impl Machine {
             };
             let probe = match self.breakers.admit(&delivery.subscription_id, now) {
                 Decision::Send { probe } => probe,
+                // Its probe is out: it waits at the head of its lane, in memory,
+                // until the probe answers (which wakes it) — sent at once if that
+                // closed the breaker, parked if it opened it again.
+                Decision::Wait { until } => {
+                    if strict {
+                        self.notes.push(Note::Held {
+                            subscription_id: delivery.subscription_id.clone(),
+                            attempt: delivery.attempt,
+                            until,
+                            breaker: true,
+                        });
+                    }
+                    self.probe_waiters
+                        .entry(delivery.subscription_id.clone())
+                        .or_default()
+                        .insert(key);
+                    self.defer(key, started, delivery, queued.ready_since, until);
+                    continue;
+                }
                 // A strict head parks in place: nothing behind it may pass.
                 Decision::Park {
                     until,

@@ -800,6 +800,101 @@ fn a_lost_probe_lets_the_next_delivery_probe() {
     assert_eq!(start(&mut m, probe_at, &dir), vec![(D, 10)]);
 }
 
+/// Ten failures of `s` in a row from `t(0)`: its breaker opens. Returns when it may probe.
+fn open_breaker(m: &mut Machine, dir: &Dir) -> SystemTime {
+    for offset in 0..10 {
+        push(m, D, offset, &delivery("s", t(0)), t(0), dir);
+        assert_eq!(start(m, t(0), dir), vec![(D, offset)]);
+        m.attempted((D, offset), t(0), Signal::Failure);
+        m.attempt_ended((D, offset));
+        m.complete((D, offset), Finished::Durable);
+    }
+    assert_eq!(m.breakers_open(), 1);
+    t(0) + BreakerSettings::DEFAULT.open_for
+}
+
+/// While the probe is out, the subscription's other due deliveries wait for its
+/// answer in memory — nothing is parked or written — and its success sends them
+/// at once, up to `max_in_flight`, not an open period later.
+#[test]
+fn a_successful_probe_releases_what_waited_for_it_at_once() {
+    let dir = Dir::with(&[("s", 4, true)]);
+    let mut m = machine(100);
+    let probe_at = open_breaker(&mut m, &dir);
+    for offset in 0..4 {
+        push(&mut m, R, offset, &delivery("s", probe_at), probe_at, &dir);
+    }
+    let (attempted, parked) = start_or_park(&mut m, probe_at, &dir);
+    assert_eq!(attempted, vec![(R, 0)], "one probe");
+    assert_eq!(parked, vec![], "the rest waits, written nowhere");
+    assert!(
+        m.next_wakeup().is_some_and(|at| at > probe_at),
+        "a wait is bounded"
+    );
+    let answered = probe_at + Duration::from_millis(80);
+    assert_eq!(
+        start(&mut m, answered, &dir),
+        vec![],
+        "nothing passes the probe"
+    );
+    m.attempted((R, 0), answered, Signal::Success);
+    m.complete((R, 0), Finished::Durable);
+    assert_eq!(m.breakers_open(), 0);
+    let (attempted, parked) = start_or_park(&mut m, answered, &dir);
+    assert_eq!(
+        (attempted, parked),
+        (vec![(R, 1), (R, 2), (R, 3)], vec![]),
+        "released the moment the probe closed the breaker"
+    );
+}
+
+/// A failed probe opens the breaker again: what waited for it is parked until
+/// the next probe, twice the open period later.
+#[test]
+fn a_failed_probe_parks_what_waited_for_it_until_the_next_probe() {
+    let dir = Dir::with(&[("s", 4, true)]);
+    let mut m = machine(100);
+    let probe_at = open_breaker(&mut m, &dir);
+    for offset in 0..3 {
+        push(&mut m, R, offset, &delivery("s", probe_at), probe_at, &dir);
+    }
+    assert_eq!(start(&mut m, probe_at, &dir), vec![(R, 0)]);
+    m.attempted((R, 0), probe_at, Signal::Failure);
+    m.attempt_ended((R, 0));
+    m.complete((R, 0), Finished::Durable);
+    let next = probe_at + 2 * BreakerSettings::DEFAULT.open_for;
+    let (attempted, parked) = start_or_park(&mut m, probe_at, &dir);
+    assert_eq!(attempted, vec![]);
+    assert_eq!(
+        parked
+            .iter()
+            .map(|(k, _, until)| (*k, *until))
+            .collect::<Vec<_>>(),
+        vec![((R, 1), next), ((R, 2), next)]
+    );
+}
+
+/// A lost probe (its task panicked) wakes what waited for it: the next probes.
+#[test]
+fn a_lost_probe_wakes_what_waited_for_it() {
+    let dir = Dir::with(&[("s", 4, true)]);
+    let mut m = machine(100);
+    let probe_at = open_breaker(&mut m, &dir);
+    for offset in 0..2 {
+        push(&mut m, R, offset, &delivery("s", probe_at), probe_at, &dir);
+    }
+    assert_eq!(start(&mut m, probe_at, &dir), vec![(R, 0)]);
+    let (_, parked) = start_or_park(&mut m, probe_at, &dir);
+    assert_eq!(parked, vec![]);
+    let lost = m.abandon(|k| *k == (R, 0));
+    assert_eq!(lost, vec![(R, 0)]);
+    assert_eq!(
+        start(&mut m, probe_at, &dir),
+        vec![(R, 1)],
+        "the next probes"
+    );
+}
+
 #[test]
 fn attempts_in_flight_are_counted_by_class() {
     let dir = Dir::with(&[("a", 4, true), ("b", 4, true)]);
