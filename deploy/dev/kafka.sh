@@ -83,13 +83,19 @@ cmd_fetch() {
 
 # --------------------------------------------------------------- probing ----
 
-# probe PORT [TIMEOUT_S]: exit 0 iff a broker on 127.0.0.1:PORT answers a
-# Metadata request and lists itself (node 1) as a live (unfenced) broker.
+# probe PORT [TIMEOUT_S [NODE [BROKERS]]]: exit 0 iff a broker on
+# 127.0.0.1:PORT answers a Metadata request and lists itself (node NODE,
+# default 1) as a live (unfenced) broker, among at least BROKERS (default 1).
 probe() {
-  "$PYTHON" - "$1" "${2:-2}" <<'PY'
+  kwire probe "$1" "${2:-2}" "${3:-1}" "${4:-1}"
+}
+
+# kwire MODE ARGS: the Kafka request above, spoken over the wire.
+kwire() {
+  "$PYTHON" - "$@" <<'PY'
 import socket, struct, sys
 
-port, timeout = int(sys.argv[1]), float(sys.argv[2])
+mode = sys.argv[1]
 
 def call(sock, api_key, version, corr, body):
     client = b"hookline-probe"
@@ -111,41 +117,52 @@ def call(sock, api_key, version, corr, body):
         raise ValueError("bad correlation id")
     return data[4:]
 
-try:
-    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    s.settimeout(timeout)
+def api_versions(sock):
     # ApiVersions v0: error_code, [api_key, min, max]
-    r = call(s, 18, 0, 1, b"")
+    r = call(sock, 18, 0, 1, b"")
     err, n = struct.unpack(">hi", r[:6])
     if err != 0:
-        sys.exit(1)
+        raise ValueError("ApiVersions error %d" % err)
     versions = {}
     off = 6
     for _ in range(n):
         k, lo, hi = struct.unpack(">hhh", r[off:off + 6])
         off += 6
         versions[k] = (lo, hi)
-    lo, hi = versions.get(3, (99, -1))
+    return versions
+
+def probe(port, timeout, want_node, want_brokers):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.settimeout(timeout)
+    lo, hi = api_versions(s).get(3, (99, -1))
     v = max(lo, 4)
     if v > min(hi, 8):  # we only speak the non-flexible Metadata v4..v8
-        sys.exit(1)
+        return False
     body = struct.pack(">ib", 0, 0)  # topics: [] (none), allow_auto_topic_creation=false
     if v >= 8:
         body += struct.pack(">bb", 0, 0)  # include_{cluster,topic}_authorized_operations
     r = call(s, 3, v, 2, body)
     off = 4  # throttle_time_ms
     (n,) = struct.unpack(">i", r[off:off + 4]); off += 4
+    itself = False
     for _ in range(n):
         node, hl = struct.unpack(">ih", r[off:off + 6]); off += 6
         off += hl
         (bport, rl) = struct.unpack(">ih", r[off:off + 6]); off += 6
         if rl > 0:
             off += rl
-        if node == 1 and bport == port:
-            sys.exit(0)
-    sys.exit(1)
-except Exception:
-    sys.exit(1)
+        if node == want_node and bport == port:
+            itself = True
+    return itself and n >= want_brokers
+
+if mode == "probe":
+    try:
+        ok = probe(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    except Exception:
+        ok = False
+    sys.exit(0 if ok else 1)
+
+sys.exit(2)
 PY
 }
 
@@ -176,24 +193,41 @@ healthy() {
 
 # ------------------------------------------------------------------ stop ----
 
-stop_broker() {
-  local pid i
-  if pid="$(live_pid)"; then
-    log "stopping broker pid $pid"
+# stop_pids PID...: SIGTERM (and SIGCONT, for a stopped one) to each, then
+# SIGKILL to any still alive after 30 s; returns when all are gone.
+stop_pids() {
+  local pid i alive
+  for pid in "$@"; do
     kill -TERM "$pid" 2>/dev/null || true
     kill -CONT "$pid" 2>/dev/null || true
-    for ((i = 0; i < 300; i++)); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.1
+  done
+  for ((i = 0; i < 300; i++)); do
+    alive=0
+    for pid in "$@"; do
+      kill -0 "$pid" 2>/dev/null && alive=1
     done
-    if kill -0 "$pid" 2>/dev/null; then
-      log "broker did not stop within 30 s; SIGKILL"
-      kill -KILL "$pid" 2>/dev/null || true
-      for ((i = 0; i < 50; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-      done
-    fi
+    ((alive)) || return 0
+    sleep 0.1
+  done
+  log "pid(s) $* did not stop within 30 s; SIGKILL"
+  for pid in "$@"; do
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  for ((i = 0; i < 50; i++)); do
+    alive=0
+    for pid in "$@"; do
+      kill -0 "$pid" 2>/dev/null && alive=1
+    done
+    ((alive)) || return 0
+    sleep 0.1
+  done
+}
+
+stop_broker() {
+  local pid
+  if pid="$(live_pid)"; then
+    log "stopping broker pid $pid"
+    stop_pids "$pid"
   fi
   rm -rf "$STATE"
 }
@@ -333,6 +367,13 @@ transaction.state.log.num.partitions=1
 share.coordinator.state.topic.replication.factor=1
 share.coordinator.state.topic.min.isr=1
 share.coordinator.state.topic.num.partitions=1
+EOF
+  quick_props >>"$STATE/server.properties"
+}
+
+# The settings of every dev node, the single broker's and the cluster's.
+quick_props() {
+  cat <<'EOF'
 
 # Quick tests.
 group.initial.rebalance.delay.ms=0
@@ -371,8 +412,7 @@ start_once() {
   log "formatting storage (cluster id $cid, SCRAM users: $SCRAM_USERS)"
   # The SCRAM passwords go to the format tool as arguments: a throwaway dev
   # broker's, readable only by this user while the tool runs for a second.
-  if ! "$JAVA" -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$LIB/*" -Dlog4j2.configurationFile="$LOG4J_CONF" \
-      -Dkafka.logs.dir="$STATE/tools" kafka.tools.StorageTool format \
+  if ! kafka_tool "$STATE/tools" kafka.tools.StorageTool format \
       -t "$cid" -c "$STATE/server.properties" "${scram[@]}" >"$STATE/format.log" 2>&1; then
     cat "$STATE/format.log" >&2
     return 2
@@ -381,6 +421,17 @@ start_once() {
   log "starting broker on 127.0.0.1:$port (controller 127.0.0.1:$cport)"
   launch
   wait_ready "$port"
+}
+
+# kafka_tool LOGDIR CLASS ARGS: one of Kafka's command-line tools (a main
+# class of the fetched jars) in a small, quickly started JVM, its log4j log
+# in LOGDIR.
+kafka_tool() {
+  local logs="$1"
+  shift
+  mkdir -p "$logs"
+  "$JAVA" -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$LIB/*" \
+    -Dlog4j2.configurationFile="$LOG4J_CONF" -Dkafka.logs.dir="$logs" "$@"
 }
 
 # Starts the broker of $STATE/server.properties in the background.
@@ -407,9 +458,10 @@ launch() {
   disown || true
 }
 
-# wait_ready PORT: until the launched broker answers; 0 ready, 3 port clash, 1 failed.
+# wait_ready PORT [NODE [BROKERS]]: until the launched broker answers (as
+# `probe` means it); 0 ready, 3 port clash, 1 failed.
 wait_ready() {
-  local port="$1" pid deadline
+  local port="$1" node="${2:-1}" brokers="${3:-1}" pid deadline
   deadline=$((SECONDS + START_TIMEOUT))
   while ((SECONDS < deadline)); do
     if [[ -f "$STATE/kafka.pid" ]]; then
@@ -421,7 +473,7 @@ wait_ready() {
         fi
         return 1
       fi
-      if probe "$port" 2; then
+      if probe "$port" 2 "$node" "$brokers"; then
         touch "$STATE/ready"
         return 0
       fi
@@ -615,14 +667,11 @@ cmd_acls() {
   local -a target=()
   bs="$(cmd_bootstrap)" || die "broker not running (run: $0 up)"
   [[ " $* " == *" --bootstrap-server "* ]] || target=(--bootstrap-server "$bs")
-  mkdir -p "$STATE/tools"
-  "$JAVA" -Xmx256m -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -cp "$LIB/*" \
-    -Dlog4j2.configurationFile="$LOG4J_CONF" -Dkafka.logs.dir="$STATE/tools" \
-    org.apache.kafka.tools.AclCommand "${target[@]}" "$@"
+  kafka_tool "$STATE/tools" org.apache.kafka.tools.AclCommand "${target[@]}" "$@"
 }
 
 usage() {
-  sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,/^set /{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
 
 case "${1:-}" in
