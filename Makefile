@@ -150,11 +150,17 @@ dev:
 kafka-fetch:
 	bash $(KAFKA) fetch
 
+## kafka-up / kafka-down: the development broker (BROKERS_N=1), or with
+## BROKERS_N=3 three brokers and a KRaft controller (`kafka.sh cluster`:
+## replication factor 3, min.insync.replicas 2) on ports of their own.
+BROKERS_N ?= 1
+KAFKA_VERBS = $(if $(filter 3,$(BROKERS_N)),cluster ,$(if $(filter 1,$(BROKERS_N)),,$(error BROKERS_N must be 1 or 3, not $(BROKERS_N))))
+
 kafka-up:
-	@bash $(KAFKA) up
+	@bash $(KAFKA) $(KAFKA_VERBS)up
 
 kafka-down:
-	@bash $(KAFKA) down
+	@bash $(KAFKA) $(KAFKA_VERBS)down
 
 venv: $(VENV)/.installed
 

@@ -17,8 +17,13 @@
 #                       password files, CA, client certificate and key
 #   kafka.sh acls ARGS  kafka-acls (org.apache.kafka.tools.AclCommand) against
 #                       the running broker as a super user: `acls --list`
+#   kafka.sh cluster VERB  three brokers (1..3) and a dedicated KRaft controller,
+#                       beside the single broker, with their own ports and state:
+#                       up, down, status, brokers, smoke, kill|stop|cont|start|pid N,
+#                       leader TOPIC PARTITION, coordinator group|transaction ID
 #
-# stdout carries only the bootstrap address; all progress goes to stderr.
+# stdout carries only the bootstrap address (or the answer asked for); all
+# progress goes to stderr.
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -90,10 +95,19 @@ probe() {
   kwire probe "$1" "${2:-2}" "${3:-1}" "${4:-1}"
 }
 
-# kwire MODE ARGS: the Kafka request above, spoken over the wire.
+# coordinator_of PORTS KIND ID: the node id of the broker coordinating the
+# consumer group (KIND group) or transactional id (KIND transaction) ID, as a
+# FindCoordinator request to any of the comma-separated 127.0.0.1 PORTS
+# answers it (the request clients send; it also creates __consumer_offsets or
+# __transaction_state when they do not exist yet). Retries for 30 s.
+coordinator_of() {
+  kwire coordinator "$1" "$2" "$3" 30
+}
+
+# kwire MODE ARGS: the two Kafka requests above, spoken over the wire.
 kwire() {
   "$PYTHON" - "$@" <<'PY'
-import socket, struct, sys
+import socket, struct, sys, time
 
 mode = sys.argv[1]
 
@@ -155,12 +169,49 @@ def probe(port, timeout, want_node, want_brokers):
             itself = True
     return itself and n >= want_brokers
 
+def coordinator(port, kind, key):
+    # FindCoordinator v1..v2 (non-flexible): key, key_type; the answer's
+    # error_code and node_id. Returns (node or None, why not).
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.settimeout(5)
+    lo, hi = api_versions(s).get(10, (99, -1))
+    v = max(lo, 1)
+    if v > min(hi, 2):
+        return None, "no FindCoordinator v1..v2 on port %d" % port
+    k = key.encode()
+    body = struct.pack(">h", len(k)) + k + struct.pack(">b", {"group": 0, "transaction": 1}[kind])
+    r = call(s, 10, v, 2, body)
+    err, ml = struct.unpack(">hh", r[4:8])  # after throttle_time_ms
+    off = 8 + max(ml, 0)
+    (node,) = struct.unpack(">i", r[off:off + 4])
+    if err != 0:
+        return None, "FindCoordinator error code %d from port %d" % (err, port)
+    return node, ""
+
 if mode == "probe":
     try:
         ok = probe(int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     except Exception:
         ok = False
     sys.exit(0 if ok else 1)
+
+if mode == "coordinator":
+    ports = [int(p) for p in sys.argv[2].split(",") if p]
+    kind, key, deadline = sys.argv[3], sys.argv[4], time.time() + float(sys.argv[5])
+    why = "no port to ask"
+    while True:
+        for port in ports:
+            try:
+                node, why = coordinator(port, kind, key)
+            except Exception as e:
+                node, why = None, "port %d: %s" % (port, e)
+            if node is not None:
+                print(node)
+                sys.exit(0)
+        if time.time() > deadline:
+            print("kafka.sh: error: no coordinator for %s %s: %s" % (kind, key, why), file=sys.stderr)
+            sys.exit(1)
+        time.sleep(0.5)
 
 sys.exit(2)
 PY
@@ -670,6 +721,429 @@ cmd_acls() {
   kafka_tool "$STATE/tools" org.apache.kafka.tools.AclCommand "${target[@]}" "$@"
 }
 
+# --------------------------------------------------------------- cluster ----
+# `kafka.sh cluster ...`: three brokers and one dedicated KRaft controller on
+# 127.0.0.1, beside the single broker (own ports, own state dir, own lock),
+# for what one broker cannot show: replication factor 3 with
+# min.insync.replicas 2, leader failover, coordinators that move. Brokers 1..3
+# are nodes 1..3, so a leader or coordinator id is also the N of the fault
+# verbs; the controller, the quorum of one, is node 100.
+
+CSTATE="${HOOKLINE_KAFKA_CLUSTER_STATE:-$REPO/.cache/kafka-cluster-run}"
+# The controller listens on the base port, broker N on base + N. Below the
+# kernel's ephemeral range (32768-60999 on Linux), where the single broker's
+# ports come from, so the two never collide.
+CPORT_BASE="${HOOKLINE_KAFKA_CLUSTER_PORT:-29090}"
+CHEAP_OPTS="${HOOKLINE_KAFKA_CLUSTER_HEAP_OPTS:--Xms128m -Xmx384m}"
+CCTRL_HEAP_OPTS="${HOOKLINE_KAFKA_CLUSTER_CONTROLLER_HEAP_OPTS:--Xms64m -Xmx192m}"
+CONTROLLER_ID=100
+CBROKERS=(1 2 3)
+
+cnode_dir() { if [[ "$1" == c ]]; then echo "$CSTATE/controller"; else echo "$CSTATE/broker-$1"; fi; }
+cnode_port() { if [[ "$1" == c ]]; then echo "$CPORT_BASE"; else echo $((CPORT_BASE + $1)); fi; }
+
+cluster_bootstrap() {
+  local n out=()
+  for n in "${CBROKERS[@]}"; do out+=("127.0.0.1:$(cnode_port "$n")"); done
+  (IFS=,; echo "${out[*]}")
+}
+
+# cnode_pid N|c: the node's pid when it is alive (stopped counts as alive).
+cnode_pid() {
+  local STATE
+  STATE="$(cnode_dir "$1")"
+  live_pid
+}
+
+# cnode_state N: up (answers), stopped (SIGSTOP), unready (alive, does not
+# answer) or down (no process).
+cnode_state() {
+  local pid
+  pid="$(cnode_pid "$1")" || { echo down; return; }
+  if [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" == T ]]; then
+    echo stopped
+  elif [[ "$1" == c ]]; then
+    if port_open "$(cnode_port c)"; then echo up; else echo unready; fi
+  elif probe "$(cnode_port "$1")" 2 "$1"; then
+    echo up
+  else
+    echo unready
+  fi
+}
+
+# The brokers a tool may ask: alive and not stopped (a stopped one accepts
+# connections and answers nothing).
+cluster_tool_bootstrap() {
+  local n pid out=()
+  for n in "${CBROKERS[@]}"; do
+    pid="$(cnode_pid "$n")" || continue
+    [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" == T ]] && continue
+    out+=("127.0.0.1:$(cnode_port "$n")")
+  done
+  ((${#out[@]})) || { log "no broker of the cluster is running"; return 1; }
+  (IFS=,; echo "${out[*]}")
+}
+
+port_open() {
+  "$PYTHON" -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()' "$1" 2>/dev/null
+}
+
+port_free() {
+  "$PYTHON" -c 'import socket, sys; socket.socket().bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
+}
+
+# Every node up, every broker seeing all three.
+cluster_healthy() {
+  local n
+  cnode_pid c >/dev/null || return 1
+  for n in "${CBROKERS[@]}"; do
+    cnode_pid "$n" >/dev/null || return 1
+    probe "$(cnode_port "$n")" "${1:-2}" "$n" "${#CBROKERS[@]}" || return 1
+  done
+}
+
+# cluster_props N|c: the node's server.properties.
+cluster_props() {
+  local n="$1" dir port
+  dir="$(cnode_dir "$n")"
+  port="$(cnode_port "$n")"
+  {
+    echo "# Generated by deploy/dev/kafka.sh cluster; do not edit (rewritten on every fresh start)."
+    if [[ "$n" == c ]]; then
+      cat <<EOF
+process.roles=controller
+node.id=$CONTROLLER_ID
+listeners=CONTROLLER://127.0.0.1:$port
+listener.security.protocol.map=CONTROLLER:PLAINTEXT
+EOF
+    else
+      cat <<EOF
+process.roles=broker
+node.id=$n
+listeners=PLAINTEXT://127.0.0.1:$port
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+EOF
+    fi
+    cat <<EOF
+# A static quorum of one voter: the controller.
+controller.quorum.voters=$CONTROLLER_ID@127.0.0.1:$CPORT_BASE
+controller.listener.names=CONTROLLER
+log.dirs=$dir/data
+
+# Topics: explicit creation only, replicated as in production. The controller
+# holds them too: it fills in what a CreateTopics request leaves to defaults.
+auto.create.topics.enable=false
+num.partitions=3
+default.replication.factor=3
+min.insync.replicas=2
+
+# Internal topics replicated likewise; three partitions each, so the
+# coordinators of groups and transactional ids spread over the brokers.
+offsets.topic.replication.factor=3
+offsets.topic.num.partitions=3
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+transaction.state.log.num.partitions=3
+share.coordinator.state.topic.replication.factor=3
+share.coordinator.state.topic.min.isr=2
+share.coordinator.state.topic.num.partitions=1
+EOF
+    quick_props
+  } >"$dir/server.properties"
+  echo "$port" >"$dir/port"
+}
+
+# cluster_launch N|c: starts the node on its state dir (which must exist).
+cluster_launch() {
+  local STATE HEAP_OPTS="$CHEAP_OPTS"
+  STATE="$(cnode_dir "$1")"
+  [[ "$1" == c ]] && HEAP_OPTS="$CCTRL_HEAP_OPTS"
+  launch
+}
+
+# cluster_wait N|c: until the node answers (a broker: lists itself, and all
+# three with `all`); returns as wait_ready does.
+cluster_wait() {
+  local STATE deadline pid
+  STATE="$(cnode_dir "$1")"
+  if [[ "$1" != c ]]; then
+    wait_ready "$(cnode_port "$1")" "$1" "$([[ "${2:-}" == all ]] && echo "${#CBROKERS[@]}" || echo 1)"
+    return
+  fi
+  deadline=$((SECONDS + START_TIMEOUT))
+  while ((SECONDS < deadline)); do
+    pid="$(cat "$STATE/kafka.pid" 2>/dev/null)" || true
+    if [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null; then
+      log "controller process $pid exited during startup"
+      return 1
+    fi
+    if port_open "$CPORT_BASE"; then
+      touch "$STATE/ready"
+      return 0
+    fi
+    sleep 0.25
+  done
+  log "controller did not listen within ${START_TIMEOUT} s"
+  return 1
+}
+
+cluster_show_logs() {
+  local n STATE
+  for n in c "${CBROKERS[@]}"; do
+    STATE="$(cnode_dir "$n")"
+    [[ -d "$STATE" ]] || continue
+    log "==== $(basename "$STATE") ===="
+    show_logs
+  done
+}
+
+cluster_stop_all() {
+  local n pid pids=()
+  for n in "${CBROKERS[@]}"; do
+    pid="$(cnode_pid "$n")" && pids+=("$pid")
+  done
+  if ((${#pids[@]})); then
+    log "stopping brokers (pids ${pids[*]})"
+    stop_pids "${pids[@]}"
+  fi
+  if pid="$(cnode_pid c)"; then
+    log "stopping controller (pid $pid)"
+    stop_pids "$pid"
+  fi
+}
+
+# Formats four fresh state dirs with one cluster id and starts the nodes;
+# 0 when all three brokers see each other.
+cluster_fresh() {
+  local cid n port dir rc=0
+  for n in c "${CBROKERS[@]}"; do
+    port="$(cnode_port "$n")"
+    port_free "$port" || { log "port $port is in use (choose another base with HOOKLINE_KAFKA_CLUSTER_PORT)"; return 1; }
+  done
+  rm -rf "$CSTATE"
+  cid="$(cluster_id)"
+  for n in c "${CBROKERS[@]}"; do
+    mkdir -p "$(cnode_dir "$n")"
+    cluster_props "$n"
+  done
+  echo "$cid" >"$CSTATE/cluster-id"
+  log "formatting four nodes (cluster id $cid)"
+  for n in c "${CBROKERS[@]}"; do
+    dir="$(cnode_dir "$n")"
+    kafka_tool "$dir/tools" kafka.tools.StorageTool format -t "$cid" -c "$dir/server.properties" \
+      >"$dir/format.log" 2>&1 &
+  done
+  for n in c "${CBROKERS[@]}"; do
+    wait -n || rc=1
+  done
+  if ((rc)); then
+    for n in c "${CBROKERS[@]}"; do cat "$(cnode_dir "$n")/format.log" >&2; done
+    return 1
+  fi
+  cluster_start_nodes
+}
+
+# Starts every node that is not running, on its existing state (SIGCONT to a
+# stopped one), and waits until all three brokers see each other.
+cluster_start_nodes() {
+  local n
+  for n in c "${CBROKERS[@]}"; do
+    kill -CONT "$(cnode_pid "$n")" 2>/dev/null || true
+  done
+  if ! cnode_pid c >/dev/null; then
+    log "starting controller (node $CONTROLLER_ID) on 127.0.0.1:$CPORT_BASE"
+    cluster_launch c
+  fi
+  cluster_wait c || return 1
+  for n in "${CBROKERS[@]}"; do
+    if ! cnode_pid "$n" >/dev/null; then
+      log "starting broker $n on 127.0.0.1:$(cnode_port "$n")"
+      cluster_launch "$n"
+    fi
+  done
+  for n in "${CBROKERS[@]}"; do
+    cluster_wait "$n" all || return 1
+  done
+}
+
+cmd_cluster_up() {
+  local start=$SECONDS keep="$CSTATE.failed"
+  take_lock
+  cmd_fetch
+  if cluster_healthy 5; then
+    cluster_bootstrap
+    return 0
+  fi
+  if [[ -f "$CSTATE/cluster-id" ]]; then
+    log "not every node of the cluster in $CSTATE answers; starting the missing ones"
+    if cluster_start_nodes; then
+      log "cluster ready in $((SECONDS - start)) s"
+      cluster_bootstrap
+      return 0
+    fi
+    cluster_show_logs
+    log "could not bring the existing cluster back; starting a fresh one"
+  fi
+  cluster_stop_all
+  if cluster_fresh; then
+    log "cluster ready in $((SECONDS - start)) s"
+    cluster_bootstrap
+    return 0
+  fi
+  cluster_show_logs
+  cluster_stop_all
+  rm -rf "$keep"
+  if [[ -d "$CSTATE" ]]; then
+    rm -rf "$CSTATE"/*/data
+    mv "$CSTATE" "$keep"
+  fi
+  die "could not start the cluster (logs kept in $keep)"
+}
+
+cmd_cluster_down() {
+  take_lock
+  cluster_stop_all
+  rm -rf "$CSTATE" "$CSTATE.failed"
+}
+
+cmd_cluster_status() {
+  local n
+  if cluster_healthy 3; then
+    cluster_bootstrap
+    return 0
+  fi
+  for n in c "${CBROKERS[@]}"; do
+    log "$([[ $n == c ]] && echo controller || echo "broker $n"): $(cnode_state "$n")"
+  done
+  return 1
+}
+
+# N id port pid state, one line per broker.
+cmd_cluster_brokers() {
+  local n pid
+  for n in "${CBROKERS[@]}"; do
+    pid="$(cnode_pid "$n")" || pid=-
+    echo "$n $n $(cnode_port "$n") $pid $(cnode_state "$n")"
+  done
+}
+
+broker_arg() {
+  [[ "${1:-}" =~ ^[1-3]$ ]] || die "a broker number (1..3) expected, got '${1:-}'"
+}
+
+cmd_cluster_signal() {
+  local what="$1" n="${2:-}" pid i
+  broker_arg "$n"
+  take_lock
+  pid="$(cnode_pid "$n")" || die "broker $n is not running"
+  case "$what" in
+    kill)
+      log "SIGKILL to broker $n (pid $pid); its data and port are kept"
+      kill -KILL "$pid"
+      for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+      done
+      rm -f "$(cnode_dir "$n")/ready"
+      ;;
+    stop)
+      log "SIGSTOP to broker $n (pid $pid)"
+      kill -STOP "$pid"
+      ;;
+    cont)
+      log "SIGCONT to broker $n (pid $pid)"
+      kill -CONT "$pid"
+      ;;
+  esac
+}
+
+cmd_cluster_start() {
+  local n="${1:-}" rc=0 start=$SECONDS
+  broker_arg "$n"
+  take_lock
+  [[ -f "$(cnode_dir "$n")/server.properties" ]] || die "no cluster in $CSTATE (run: $0 cluster up)"
+  if cnode_pid "$n" >/dev/null; then
+    log "broker $n is already running"
+  else
+    log "starting broker $n on 127.0.0.1:$(cnode_port "$n") (its data kept)"
+    cluster_launch "$n"
+    cluster_wait "$n" || rc=$?
+    if ((rc)); then
+      (STATE="$(cnode_dir "$n")" && show_logs)
+      die "could not start broker $n (rc $rc)"
+    fi
+    log "broker $n ready in $((SECONDS - start)) s"
+  fi
+  echo "127.0.0.1:$(cnode_port "$n")"
+}
+
+cmd_cluster_pid() {
+  broker_arg "${1:-}"
+  cnode_pid "$1" || { log "broker $1 is not running"; return 1; }
+}
+
+# leader TOPIC PARTITION: the node id (= N) of the partition's leader, from
+# kafka-topics --describe.
+cmd_cluster_leader() {
+  local topic="${1:-}" part="${2:-}" bs out leader
+  [[ -n "$topic" && "$part" =~ ^[0-9]+$ ]] || die "usage: $0 cluster leader TOPIC PARTITION"
+  bs="$(cluster_tool_bootstrap)" || exit 1
+  out="$(kafka_tool "$CSTATE/tools" org.apache.kafka.tools.TopicCommand \
+    --bootstrap-server "$bs" --describe --topic "$topic")" || die "kafka-topics --describe --topic $topic failed"
+  leader="$(awk -v want="$part" '
+    { p = ""; l = ""
+      for (i = 1; i < NF; i++) { if ($i == "Partition:") p = $(i + 1); if ($i == "Leader:") l = $(i + 1) }
+      if (p == want) { print l; exit } }' <<<"$out")"
+  [[ -n "$leader" ]] || die "topic $topic has no partition $part"
+  [[ "$leader" =~ ^[0-9]+$ ]] || die "partition $part of $topic has no leader ($leader)"
+  echo "$leader"
+}
+
+# coordinator group|transaction ID: the node id (= N) of the broker that
+# coordinates the consumer group or transactional id, by FindCoordinator
+# (kafka-consumer-groups and kafka-transactions describe only ids that exist).
+cmd_cluster_coordinator() {
+  local kind="${1:-}" id="${2:-}" bs
+  [[ "$kind" =~ ^(group|transaction)$ && -n "$id" ]] || die "usage: $0 cluster coordinator group|transaction ID"
+  bs="$(cluster_tool_bootstrap)" || exit 1
+  coordinator_of "${bs//127.0.0.1:/}" "$kind" "$id"
+}
+
+# smoke: kafka/ClusterSmoke.java (RF 3 topic, transactions, SIGKILL of a
+# leader, acks=all write, read back, the broker restarted). Any broker it
+# leaves down is started again.
+cmd_cluster_smoke() {
+  local bs n rc=0
+  bs="$(cmd_cluster_status)" || die "cluster not running (run: $0 cluster up)"
+  "$JAVA" -Xmx256m -cp "$LIB/*" -Dlog4j2.configurationFile="$LOG4J_CONF" \
+    -Dkafka.logs.dir="$CSTATE/tools" "$SCRIPT_DIR/kafka/ClusterSmoke.java" "$bs" "$SCRIPT_DIR/kafka.sh" || rc=$?
+  for n in "${CBROKERS[@]}"; do
+    cnode_pid "$n" >/dev/null || cmd_cluster_start "$n" >/dev/null || rc=1
+  done
+  return "$rc"
+}
+
+cmd_cluster() {
+  LOCK="$CSTATE.lock"
+  local verb="${1:-}"
+  shift || true
+  case "$verb" in
+    up) cmd_cluster_up ;;
+    down) cmd_cluster_down ;;
+    status) cmd_cluster_status ;;
+    brokers) cmd_cluster_brokers ;;
+    kill | stop | cont) cmd_cluster_signal "$verb" "$@" ;;
+    start) cmd_cluster_start "$@" ;;
+    pid) cmd_cluster_pid "$@" ;;
+    leader) cmd_cluster_leader "$@" ;;
+    coordinator) cmd_cluster_coordinator "$@" ;;
+    smoke) cmd_cluster_smoke ;;
+    *) usage; exit 2 ;;
+  esac
+}
+
 usage() {
   sed -n '2,/^set /{/^#/p}' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
 }
@@ -686,6 +1160,7 @@ case "${1:-}" in
   resume) cmd_resume ;;
   secure-env) cmd_secure_env ;;
   acls) shift; cmd_acls "$@" ;;
+  cluster) shift; cmd_cluster "$@" ;;
   -h | --help | help) usage ;;
   *) usage; exit 2 ;;
 esac
