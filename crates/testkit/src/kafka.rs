@@ -90,16 +90,31 @@ pub fn client_config() -> ClientConfig {
     c
 }
 
-/// Creates topics (name, partitions) with replication 1 and optional configs,
-/// waiting until they exist.
+/// The replication factor of the topics [`create_topics`] makes:
+/// `HOOKLINE_TEST_REPLICATION` when set (3 on the three-broker cluster of
+/// `deploy/dev/kafka.sh cluster`, to measure what replication costs), else 1,
+/// the one-broker development Kafka.
+pub fn replication() -> anyhow::Result<i32> {
+    match std::env::var("HOOKLINE_TEST_REPLICATION") {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .with_context(|| format!("HOOKLINE_TEST_REPLICATION={v:?} is not a number")),
+        _ => Ok(1),
+    }
+}
+
+/// Creates topics (name, partitions) with [`replication`] (1 unless set) and
+/// optional configs, waiting until they exist.
 pub async fn create_topics(topics: &[(&str, i32)], configs: &[(&str, &str)]) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> =
         client_config().create().context("creating admin client")?;
+    let replication = replication()?;
     let new: Vec<NewTopic<'_>> = topics
         .iter()
         .map(|(name, partitions)| {
             configs.iter().fold(
-                NewTopic::new(name, *partitions, TopicReplication::Fixed(1)),
+                NewTopic::new(name, *partitions, TopicReplication::Fixed(replication)),
                 |t, (k, v)| t.set(k, v),
             )
         })
