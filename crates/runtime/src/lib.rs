@@ -3,6 +3,7 @@
 //! service crates; pure decisions live in `hookline-core`.
 
 pub mod acls;
+pub mod compacted;
 pub mod config;
 pub mod group_watch;
 pub mod health;
