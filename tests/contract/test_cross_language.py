@@ -46,6 +46,7 @@ FILES = {
     "DeadLetter": "dead_letter.avsc",
     "QuarantinedEvent": "quarantined_event.avsc",
     "AttemptRecord": "attempt_record.avsc",
+    "EndpointHealth": "endpoint_health.avsc",
 }
 
 
@@ -266,6 +267,23 @@ ATTEMPT_CANCELLED = {
     "created_at": None,
 }
 
+HEALTH_OPEN = {
+    "subscription_id": "sub-42",
+    "open_since": T0,
+    "open_until": T0 + 60_000,
+    "open_period_ms": 60_000,
+    "changed_at": T0 + 30_000,
+    "written_by": "hookline-dispatcher-0 ✓",
+}
+
+HEALTH_CLOSED = {
+    **HEALTH_OPEN,
+    "open_since": None,
+    "open_until": None,
+    "open_period_ms": 0,
+    "written_by": "",
+}
+
 SAMPLES = [
     ("DomainEvent", EVENT),
     ("DomainEvent", {**EVENT, "payload": b"", "attributes": {}, "event_id": ""}),
@@ -280,6 +298,8 @@ SAMPLES = [
     ("QuarantinedEvent", {**QUARANTINED, "key": None, "headers": [], "value": b""}),
     ("AttemptRecord", ATTEMPT),
     ("AttemptRecord", ATTEMPT_CANCELLED),
+    ("EndpointHealth", HEALTH_OPEN),
+    ("EndpointHealth", HEALTH_CLOSED),
 ]
 IDS = [f"{name}-{i % 2}" for i, (name, _) in enumerate(SAMPLES)]
 

@@ -195,6 +195,9 @@ pub struct Breaker {
     state: State,
     consecutive: u32,
     buckets: [Bucket; BUCKETS],
+    /// When it last opened, opened again or closed (here or, adopted, on
+    /// another replica): what decides between two replicas' states.
+    changed_at: SystemTime,
 }
 
 impl Default for Breaker {
@@ -203,21 +206,111 @@ impl Default for Breaker {
             state: State::Closed,
             consecutive: 0,
             buckets: [Bucket::default(); BUCKETS],
+            changed_at: SystemTime::UNIX_EPOCH,
         }
     }
 }
 
+/// An open breaker as replicas share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    /// When it first opened in its current run of openings: the disable clock.
+    pub since: SystemTime,
+    /// When a delivery may probe.
+    pub until: SystemTime,
+    /// The current open period.
+    pub period: Duration,
+}
+
+/// A breaker's state as the replicas share it: written when it changes, and
+/// adopted by every replica ([`Breaker::adopt`]). Of two, the later
+/// `changed_at` wins; on a tie, the open one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shared {
+    /// `None`: closed.
+    pub open: Option<Opened>,
+    pub changed_at: SystemTime,
+}
+
+impl Shared {
+    /// Whether `self` wins over a state that changed at `changed_at` and is
+    /// open or not.
+    fn wins_over(&self, changed_at: SystemTime, open: bool) -> bool {
+        self.changed_at > changed_at
+            || (self.changed_at == changed_at && self.open.is_some() && !open)
+    }
+}
+
 impl Breaker {
-    /// Whether it is closed with nothing counted: it can be forgotten.
+    /// Whether it is closed with nothing counted and never changed: it can be
+    /// forgotten. One that has changed is kept, so a late, older state of
+    /// another replica cannot win over its closing.
     pub fn is_idle(&self) -> bool {
         self.state == State::Closed
             && self.consecutive == 0
             && self.buckets.iter().all(|b| b.attempts == 0)
+            && self.changed_at == SystemTime::UNIX_EPOCH
     }
 
     /// Whether nothing may be sent now but a probe (open or probing).
     pub fn is_open(&self) -> bool {
         self.state != State::Closed
+    }
+
+    /// Its state as the replicas share it.
+    pub fn shared(&self) -> Shared {
+        let open = match self.state {
+            State::Closed => None,
+            State::Open {
+                since,
+                until,
+                period,
+            } => Some(Opened {
+                since,
+                until,
+                period,
+            }),
+            // Probing since its open period ended.
+            State::Probing { since, period, .. } => Some(Opened {
+                since,
+                until: self.changed_at + period,
+                period,
+            }),
+        };
+        Shared {
+            open,
+            changed_at: self.changed_at,
+        }
+    }
+
+    /// Takes `shared` (another replica's state, or one written before a
+    /// restart) when it wins over its own: later, or as late and open. An
+    /// adopted opening keeps the earlier of the two opening times, so the
+    /// disable clock counts from the first opening any replica saw; the open
+    /// period is capped by `s`. Returns whether it changed.
+    pub fn adopt(&mut self, s: &BreakerSettings, shared: Shared) -> bool {
+        if !shared.wins_over(self.changed_at, self.is_open()) {
+            return false;
+        }
+        let before = self.state;
+        match shared.open {
+            None => *self = Self::default(),
+            Some(o) => {
+                let since = match self.state {
+                    State::Open { since, .. } | State::Probing { since, .. } => since.min(o.since),
+                    State::Closed => o.since,
+                };
+                self.state = State::Open {
+                    since,
+                    until: o.until,
+                    period: o.period.clamp(s.open_for.min(s.open_max), s.open_max),
+                };
+                self.consecutive = 0;
+                self.buckets = [Bucket::default(); BUCKETS];
+            }
+        }
+        self.changed_at = shared.changed_at;
+        self.state != before
     }
 
     /// Whether a due delivery may be sent at `now`.
@@ -273,6 +366,7 @@ impl Breaker {
                 return match signal {
                     Signal::Success => {
                         *self = Self::default();
+                        self.changed_at = now;
                         Some(Transition::Closed)
                     }
                     Signal::Failure => {
@@ -282,6 +376,7 @@ impl Breaker {
                             until: now + period,
                             period,
                         };
+                        self.changed_at = now;
                         Some(Transition::Reopened { for_: period })
                     }
                     Signal::Neutral => {
@@ -312,6 +407,7 @@ impl Breaker {
                 until: now + s.open_for,
                 period: s.open_for,
             };
+            self.changed_at = now;
             self.consecutive = 0;
             self.buckets = [Bucket::default(); BUCKETS];
             return Some(Transition::Opened);

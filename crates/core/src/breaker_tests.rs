@@ -78,6 +78,102 @@ fn failures_older_than_the_window_do_not_count() {
     assert!(!b.is_open());
 }
 
+/// Opens `b` at `at(9)`; returns what it shares.
+fn opened(b: &mut Breaker) -> Shared {
+    for i in 0..10 {
+        fail(b, at(i));
+    }
+    b.shared()
+}
+
+#[test]
+fn a_restarted_replica_adopts_an_open_breaker_and_parks_until_the_probe() {
+    let mut before = Breaker::default();
+    let shared = opened(&mut before);
+    assert_eq!(
+        shared,
+        Shared {
+            open: Some(Opened {
+                since: at(9),
+                until: at(9) + S.open_for,
+                period: S.open_for
+            }),
+            changed_at: at(9)
+        }
+    );
+    let mut after = Breaker::default();
+    assert!(after.adopt(&S, shared));
+    assert!(
+        !after.adopt(&S, shared),
+        "adopting it again changes nothing"
+    );
+    assert_eq!(
+        after.admit(&S, at(100)),
+        Admit::Park {
+            until: at(9) + S.open_for
+        }
+    );
+    assert_eq!(after.admit(&S, at(9) + S.open_for), Admit::Probe);
+}
+
+#[test]
+fn the_disable_clock_counts_from_the_first_opening_any_replica_saw() {
+    let mut a = Breaker::default();
+    opened(&mut a);
+    // Another replica opened later on its own, and failed a probe since.
+    let later = Shared {
+        open: Some(Opened {
+            since: at(5_000),
+            until: at(70_000),
+            period: 2 * S.open_for,
+        }),
+        changed_at: at(10_000),
+    };
+    assert!(a.adopt(&S, later));
+    assert_eq!(
+        a.shared().open.map(|o| (o.since, o.until)),
+        Some((at(9), at(70_000))),
+        "its own earlier opening, the later state's probe time"
+    );
+    let after = S.disable_after.unwrap();
+    assert!(a.disable_due(&S, at(9) + after));
+}
+
+#[test]
+fn the_later_change_wins_and_on_a_tie_the_open_one() {
+    let mut b = Breaker::default();
+    let open = opened(&mut b);
+    let closed_before = Shared {
+        open: None,
+        changed_at: at(8),
+    };
+    assert!(!b.adopt(&S, closed_before), "an older closing loses");
+    assert!(b.is_open());
+    let closed_tie = Shared {
+        open: None,
+        changed_at: open.changed_at,
+    };
+    assert!(!b.adopt(&S, closed_tie), "on a tie the open one wins");
+    let closed_after = Shared {
+        open: None,
+        changed_at: at(20),
+    };
+    assert!(b.adopt(&S, closed_after));
+    assert!(!b.is_open());
+    assert_eq!(b.admit(&S, at(21)), Admit::Attempt);
+    assert!(
+        !b.adopt(&S, open),
+        "the older opening, arriving late, loses"
+    );
+    let mut fresh = Breaker::default();
+    assert!(fresh.adopt(&S, open));
+    let tie = Shared {
+        open: None,
+        changed_at: open.changed_at,
+    };
+    assert!(!fresh.adopt(&S, tie), "an adopted opening wins its tie too");
+}
+
 #[test]
 fn neutral_results_never_count() {
     let mut b = Breaker::default();
@@ -117,7 +213,15 @@ fn open_parks_then_one_probe_then_closes_on_success() {
         b.record(&S, until, Signal::Success, true),
         Some(Transition::Closed)
     );
-    assert!(b.is_idle());
+    assert!(!b.is_open());
+    assert_eq!(
+        b.shared(),
+        Shared {
+            open: None,
+            changed_at: until
+        }
+    );
+    assert!(!b.is_idle(), "a closing is remembered against older states");
     assert_eq!(b.admit(&S, until), Admit::Attempt);
 }
 

@@ -24,7 +24,9 @@ pub mod watermark;
 
 pub use admission::{Admission, AdmissionWindow, Fingerprint, KeyHash, Observed, PayloadMatch};
 pub use backoff::Backoff;
-pub use breaker::{Admit, Breaker, BreakerError, BreakerSettings, Signal, Transition};
+pub use breaker::{
+    Admit, Breaker, BreakerError, BreakerSettings, Opened, Shared, Signal, Transition,
+};
 pub use burst::{BurstRouter, BurstSettings, Route};
 pub use classify::{
     classify, parse_retry_after, status_class, AttemptResult, Classification, DeadLetterReason,

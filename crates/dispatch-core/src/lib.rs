@@ -3,7 +3,7 @@
 //! partition's offsets ([`offsets`]), how far a held partition's backlog reaches
 //! ([`backlog`]), the rules of where a delivery goes ([`directory`]), and the
 //! building of every record the dispatcher hands to a transaction ([`handoff`],
-//! [`build`], [`disable`], [`attempt_log`]). Records, completions, timers,
+//! [`build`], [`disable`], [`attempt_log`], [`health`]). Records, completions, timers,
 //! assignments and revocations go in with `now`; actions and hand-offs come out.
 //!
 //! This crate depends on `hookline-core` and `hookline-envelope` only: no
@@ -18,6 +18,7 @@ pub mod build;
 pub mod directory;
 pub mod disable;
 pub mod handoff;
+pub mod health;
 pub mod machine;
 pub mod offsets;
 pub mod outcome;

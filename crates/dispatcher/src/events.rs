@@ -266,6 +266,26 @@ impl BreakerChanged<'_> {
     }
 }
 
+/// A record of `subscriptions.health` could not be used: skipped (every
+/// replica re-reads the topic; the fix is a correct record under its key).
+pub(crate) struct UnusableBreakerRecord<'a> {
+    pub partition: i32,
+    pub offset: i64,
+    pub why: &'a dyn Display,
+}
+
+impl UnusableBreakerRecord<'_> {
+    pub(crate) fn emit(self) {
+        tracing::warn!(
+            partition = self.partition,
+            offset = self.offset,
+            why = %self.why,
+            "skipping an unusable shared circuit-breaker record"
+        );
+        metrics::error(ErrorKind::UnusableBreakerRecord);
+    }
+}
+
 /// A dead letter is committed on the DLQ.
 pub(crate) struct DeadLettered<'a> {
     pub reason: DeadLetterReason,
@@ -744,6 +764,17 @@ mod tests {
             (
                 ErrorKind::LaneAssignFailed,
                 Box::new(move || LaneAssignFailed { part, error: e }.emit()),
+            ),
+            (
+                ErrorKind::UnusableBreakerRecord,
+                Box::new(|| {
+                    UnusableBreakerRecord {
+                        partition: 0,
+                        offset: 9,
+                        why: &"not_avro",
+                    }
+                    .emit()
+                }),
             ),
         ];
         let mut seen = BTreeSet::new();

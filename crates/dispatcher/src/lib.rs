@@ -21,6 +21,7 @@ mod consumer;
 mod engine;
 mod events;
 mod metrics;
+mod shared_breakers;
 
 // The decisions, under the names the adapter's modules know them by.
 use hookline_dispatch_core::build::HandoffBuilder;
@@ -139,7 +140,12 @@ async fn run_stage(
     ops: &Ops,
     shutdown: &CancellationToken,
 ) -> Result<(), DispatcherError> {
-    let mut needed = vec![topics.subscriptions(), topics.deliveries(), topics.strict()];
+    let mut needed = vec![
+        topics.subscriptions(),
+        topics.health(),
+        topics.deliveries(),
+        topics.strict(),
+    ];
     needed.extend(topics.retries().map(|(_, topic)| topic));
     needed.push(topics.dlq());
     needed.push(topics.quarantine());
@@ -247,6 +253,47 @@ async fn dispatch(
                 lane: Some(lane),
             }),
     );
+    // The breakers the replicas share, caught up before anything is fetched:
+    // a restarted replica must not send to an endpoint another one (or it,
+    // before) found down.
+    let breakers_stop = CancellationToken::new();
+    let (breakers, mut breakers_ready, breakers_task) = shared_breakers::follow(
+        &config.common,
+        topics.health(),
+        &ops.health,
+        breakers_stop.clone(),
+    )?;
+    let caught_up = tokio::select! {
+        _ = shutdown.cancelled() => false,
+        r = breakers_ready.wait_for(|c| *c) => r.is_ok(),
+    };
+    if !caught_up {
+        breakers_stop.cancel();
+        let _ = breakers_task.await;
+        return Ok(());
+    }
+    let result = dispatch_inputs(
+        config, settings, topics, secrets, client, subs, ops, shutdown, inputs, breakers,
+    )
+    .await;
+    breakers_stop.cancel();
+    let _ = breakers_task.await;
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn dispatch_inputs(
+    config: &Config,
+    settings: config::Settings,
+    topics: Topics,
+    secrets: SecretStore,
+    client: WebhookClient,
+    subs: subscriptions::Subscriptions,
+    ops: &Ops,
+    shutdown: &CancellationToken,
+    inputs: Vec<engine::Input>,
+    breakers: shared_breakers::SharedBreakers,
+) -> Result<(), DispatcherError> {
     metrics::describe_lanes(settings.overflow.lanes);
     let tier_labels: Vec<&'static str> = inputs
         .iter()
@@ -402,6 +449,7 @@ async fn dispatch(
             transactor,
             commits: settings.commits.clone(),
             peeker,
+            breakers,
         },
         settings.lanes.clone(),
     )?;

@@ -287,11 +287,13 @@ pub(crate) enum ErrorKind {
     RewindFailed,
     /// An overflow lane's partition could not be assigned or unassigned.
     LaneAssignFailed,
+    /// A record of the shared breakers' topic could not be used (skipped).
+    UnusableBreakerRecord,
 }
 
 impl ErrorKind {
     /// Every kind, for pre-registering the series.
-    pub(crate) const ALL: [Self; 18] = [
+    pub(crate) const ALL: [Self; 19] = [
         Self::NoRetryTier,
         Self::SecretUnavailable,
         Self::UnexpectedTopic,
@@ -310,6 +312,7 @@ impl ErrorKind {
         Self::RevokeNotConfirmed,
         Self::RewindFailed,
         Self::LaneAssignFailed,
+        Self::UnusableBreakerRecord,
     ];
 
     /// The metric label.
@@ -333,6 +336,7 @@ impl ErrorKind {
             Self::RevokeNotConfirmed => "revoke_not_confirmed",
             Self::RewindFailed => "rewind_failed",
             Self::LaneAssignFailed => "lane_assign_failed",
+            Self::UnusableBreakerRecord => "unusable_breaker_record",
         }
     }
 }

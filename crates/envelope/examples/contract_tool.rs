@@ -17,7 +17,7 @@ use std::{
 
 use anyhow::{anyhow, bail, Context};
 use hookline_envelope::{
-    decode, delivery_id, encode, AttemptRecord, DeadLetter, Delivery, DomainEvent,
+    decode, delivery_id, encode, AttemptRecord, DeadLetter, Delivery, DomainEvent, EndpointHealth,
     QuarantinedEvent, Record, RecordKind, Subscription,
 };
 
@@ -73,6 +73,7 @@ fn dispatch(kind: RecordKind, op: Op<'_>) -> anyhow::Result<String> {
         RecordKind::DeadLetter => apply::<DeadLetter>(op),
         RecordKind::QuarantinedEvent => apply::<QuarantinedEvent>(op),
         RecordKind::AttemptRecord => apply::<AttemptRecord>(op),
+        RecordKind::EndpointHealth => apply::<EndpointHealth>(op),
     }
 }
 

@@ -30,8 +30,8 @@ pub use ids::{delivery_id, DELIVERY_ID_NAMESPACE, DELIVERY_ID_PREFIX};
 pub use quarantine::{decode_value, error_chain, SourceRecord, Unusable};
 pub use records::{
     bounded_detail, truncate_detail, AttemptRecord, DeadLetter, Delivery, DomainEvent,
-    QuarantineReason, QuarantinedEvent, QuarantinedHeader, Record, ReplayOf, Subscription,
-    MAX_ATTEMPT_DETAIL_BYTES, MAX_DETAIL_BYTES, ORDERING_STRICT, ORDERING_UNORDERED,
+    EndpointHealth, QuarantineReason, QuarantinedEvent, QuarantinedHeader, Record, ReplayOf,
+    Subscription, MAX_ATTEMPT_DETAIL_BYTES, MAX_DETAIL_BYTES, ORDERING_STRICT, ORDERING_UNORDERED,
 };
 pub use schema::{crc64_avro, KnownSchema, RecordKind, Registry, SchemaError, HISTORY};
 pub use topics::{TopicError, Topics, DEFAULT_RETRY_TIERS, OVERFLOW_LANES};

@@ -307,6 +307,34 @@ impl Record for AttemptRecord {
     const KIND: RecordKind = RecordKind::AttemptRecord;
 }
 
+/// One subscription's circuit breaker as the dispatcher replicas share it, on
+/// `subscriptions.health` (`schemas/endpoint_health.avsc`; compacted, key:
+/// `subscription_id`). Closed when `open_since` is `None`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointHealth {
+    /// The subscription; the Kafka key.
+    pub subscription_id: String,
+    /// When the breaker first opened in its current run of openings, ms since
+    /// the Unix epoch; `None`: closed.
+    #[serde(default)]
+    pub open_since: Option<i64>,
+    /// When a delivery may probe, ms since the Unix epoch; `None`: closed.
+    #[serde(default)]
+    pub open_until: Option<i64>,
+    /// The current open period in ms; 0 when closed.
+    #[serde(default)]
+    pub open_period_ms: i64,
+    /// When the writer's breaker changed state, ms since the Unix epoch.
+    pub changed_at: i64,
+    /// The writing replica's transactional id.
+    #[serde(default)]
+    pub written_by: String,
+}
+
+impl Record for EndpointHealth {
+    const KIND: RecordKind = RecordKind::EndpointHealth;
+}
+
 /// Upper bound, in UTF-8 bytes, of `AttemptRecord.detail`: one record per attempt, so
 /// smaller than a dead letter's.
 pub const MAX_ATTEMPT_DETAIL_BYTES: usize = 256;

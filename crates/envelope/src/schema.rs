@@ -34,17 +34,20 @@ pub enum RecordKind {
     QuarantinedEvent,
     /// `dev.hookline.v1.AttemptRecord`
     AttemptRecord,
+    /// `dev.hookline.v1.EndpointHealth`
+    EndpointHealth,
 }
 
 impl RecordKind {
     /// Every record kind, in declaration order.
-    pub const ALL: [RecordKind; 6] = [
+    pub const ALL: [RecordKind; 7] = [
         Self::DomainEvent,
         Self::Subscription,
         Self::Delivery,
         Self::DeadLetter,
         Self::QuarantinedEvent,
         Self::AttemptRecord,
+        Self::EndpointHealth,
     ];
 
     /// The record's simple name, e.g. `DomainEvent`.
@@ -56,6 +59,7 @@ impl RecordKind {
             Self::DeadLetter => "DeadLetter",
             Self::QuarantinedEvent => "QuarantinedEvent",
             Self::AttemptRecord => "AttemptRecord",
+            Self::EndpointHealth => "EndpointHealth",
         }
     }
 
@@ -73,6 +77,7 @@ impl RecordKind {
             Self::DeadLetter => include_str!("../../../schemas/dead_letter.avsc"),
             Self::QuarantinedEvent => include_str!("../../../schemas/quarantined_event.avsc"),
             Self::AttemptRecord => include_str!("../../../schemas/attempt_record.avsc"),
+            Self::EndpointHealth => include_str!("../../../schemas/endpoint_health.avsc"),
         }
     }
 

@@ -87,6 +87,7 @@ pub struct Topics {
     dlq: String,
     quarantine: String,
     attempts: String,
+    health: String,
 }
 
 impl Default for Topics {
@@ -156,6 +157,7 @@ impl Topics {
             dlq: name("deliveries.dlq"),
             quarantine: name("events.quarantine"),
             attempts: name("deliveries.attempts"),
+            health: name("subscriptions.health"),
             prefix,
         }
     }
@@ -239,8 +241,20 @@ impl Topics {
         &self.attempts
     }
 
+    /// `{prefix}subscriptions.health`: the dispatchers' shared circuit breakers,
+    /// one `EndpointHealth` per subscription (compacted).
+    pub fn health(&self) -> &str {
+        &self.health
+    }
+
+    /// The compacted tables, keyed by subscription: `subscriptions` and
+    /// `subscriptions.health`. Every other topic deletes old records.
+    pub fn tables(&self) -> [&str; 2] {
+        [self.subscriptions(), self.health()]
+    }
+
     /// Every topic: events, subscriptions, deliveries, deliveries.strict, each
-    /// retry tier, dlq, quarantine, attempts, each overflow lane.
+    /// retry tier, dlq, quarantine, attempts, health, each overflow lane.
     pub fn all(&self) -> Vec<&str> {
         let mut all = vec![
             self.events(),
@@ -249,7 +263,12 @@ impl Topics {
             self.strict(),
         ];
         all.extend(self.retries().map(|(_, topic)| topic));
-        all.extend([self.dlq(), self.quarantine(), self.attempts()]);
+        all.extend([
+            self.dlq(),
+            self.quarantine(),
+            self.attempts(),
+            self.health(),
+        ]);
         all.extend(self.lanes());
         all
     }
@@ -335,6 +354,7 @@ mod tests {
                 "deliveries.dlq",
                 "events.quarantine",
                 "deliveries.attempts",
+                "subscriptions.health",
                 "deliveries.lane-0",
                 "deliveries.lane-1",
                 "deliveries.lane-2",
@@ -461,14 +481,14 @@ mod tests {
 
     #[test]
     fn names_longer_than_249_are_refused() {
-        // The longest name is `{prefix}deliveries.attempts` (19) with short tiers.
-        let ok = "p".repeat(MAX_TOPIC_LEN - "deliveries.attempts".len());
+        // The longest name is `{prefix}subscriptions.health` (20) with short tiers.
+        let ok = "p".repeat(MAX_TOPIC_LEN - "subscriptions.health".len());
         assert!(Topics::new(&ok, &["r"]).is_ok());
         let long = format!("{ok}p");
         match Topics::new(&long, &["r"]) {
             Err(TopicError::TooLong { len, topic }) => {
                 assert_eq!(len, 250);
-                assert_eq!(topic, format!("{long}deliveries.attempts"));
+                assert_eq!(topic, format!("{long}subscriptions.health"));
             }
             other => panic!("expected TooLong, got {other:?}"),
         }

@@ -25,8 +25,8 @@ use apache_avro::Schema;
 use common::*;
 use hookline_envelope::{
     encode, fingerprint_of, AttemptRecord, DatumError, DeadLetter, DecodeError, Delivery,
-    DomainEvent, KnownSchema, QuarantinedEvent, Record, RecordKind, Registry, Subscription,
-    HEADER_LEN, MAGIC,
+    DomainEvent, EndpointHealth, KnownSchema, QuarantinedEvent, Record, RecordKind, Registry,
+    Subscription, HEADER_LEN, MAGIC,
 };
 use proptest::{
     collection::vec,
@@ -757,6 +757,7 @@ fn check(
         check_as::<DeadLetter>(registry, bytes, stats)?,
         check_as::<QuarantinedEvent>(registry, bytes, stats)?,
         check_as::<AttemptRecord>(registry, bytes, stats)?,
+        check_as::<EndpointHealth>(registry, bytes, stats)?,
     ];
     let took = started.elapsed();
     if took > stats.max_time {

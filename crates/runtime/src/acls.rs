@@ -276,6 +276,11 @@ pub fn acls(names: &Names, who: Who) -> Vec<Acl> {
                     vec![Read, Write, DescribeConfigs],
                     "follows the table; writes a subscription disabled (410, breaker) in its transactions",
                 ),
+                topic(
+                    t.health(),
+                    vec![Read, Write, DescribeConfigs],
+                    "shares its circuit breakers with the other replicas: follows them, writes a change in its transactions",
+                ),
                 other(
                     Resource::Group(names.dispatcher_group.clone()),
                     vec![Read],

@@ -155,18 +155,18 @@ pub fn consumer(group: &str) -> StreamConsumer {
 }
 
 /// Creates every hookline topic for `prefix` (3 partitions each, the
-/// subscriptions topic compacted) and returns their names.
+/// tables keyed by subscription compacted) and returns their names.
 pub async fn create_hookline_topics(prefix: &str) -> anyhow::Result<hookline_envelope::Topics> {
     let topics = hookline_envelope::Topics::with_prefix(prefix)?;
     let plain: Vec<(&str, i32)> = topics
         .all()
         .into_iter()
-        .filter(|t| *t != topics.subscriptions())
+        .filter(|t| !topics.tables().contains(t))
         .map(|t| (t, 3))
         .collect();
     create_topics(&plain, &[]).await?;
     create_topics(
-        &[(topics.subscriptions(), 3)],
+        &topics.tables().map(|t| (t, 3)),
         &[("cleanup.policy", "compact")],
     )
     .await?;

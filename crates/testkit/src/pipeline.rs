@@ -206,12 +206,12 @@ impl Pipeline {
         let plain: Vec<(&str, i32)> = topics
             .all()
             .into_iter()
-            .filter(|t| *t != topics.subscriptions())
+            .filter(|t| !topics.tables().contains(t))
             .map(|t| (t, spec.partitions))
             .collect();
         kafka::create_topics(&plain, &[]).await?;
         kafka::create_topics(
-            &[(topics.subscriptions(), spec.partitions)],
+            &topics.tables().map(|t| (t, spec.partitions)),
             &[("cleanup.policy", "compact")],
         )
         .await?;

@@ -680,12 +680,13 @@ def test_strimzi_topics_replace_the_hook_and_carry_safe_settings(rendered):
     tiers = [f"prod.deliveries.retry-{d}" for d in ("10s", "1m", "15m", "2h")]
     lanes = [f"prod.deliveries.lane-{n}" for n in range(8)]
     assert list(topics) == ["prod.events", "prod.subscriptions", "prod.deliveries", "prod.deliveries.strict", *tiers,
-                            "prod.deliveries.dlq", "prod.events.quarantine", "prod.deliveries.attempts", *lanes]
+                            "prod.deliveries.dlq", "prod.events.quarantine", "prod.deliveries.attempts",
+                            "prod.subscriptions.health", *lanes]
     for name, t in topics.items():
         assert t["metadata"]["labels"]["strimzi.io/cluster"] == "main"
         assert re.fullmatch(r"[a-z0-9.-]+", t["metadata"]["name"]), t["metadata"]["name"]
         cfg = t["spec"]["config"]
-        if name == "prod.subscriptions":
+        if name in ("prod.subscriptions", "prod.subscriptions.health"):
             assert cfg["cleanup.policy"] == "compact"
             continue
         assert cfg["cleanup.policy"] == "delete"

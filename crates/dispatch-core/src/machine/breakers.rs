@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, time::SystemTime};
 
-use hookline_core::{Admit, Breaker, BreakerSettings, Signal, Transition};
+use hookline_core::{Admit, Breaker, BreakerSettings, Shared, Signal, Transition};
 
 /// The breakers of the subscriptions that have one (any failure counted).
 #[derive(Debug)]
@@ -79,6 +79,32 @@ impl Breakers {
             .entry(subscription_id.to_owned())
             .or_default()
             .record(&self.settings, now, signal, probe)
+    }
+
+    /// The shared state of `subscription_id`'s breaker, if it has one.
+    pub fn shared(&self, subscription_id: &str) -> Option<Shared> {
+        self.by_subscription
+            .get(subscription_id)
+            .map(Breaker::shared)
+    }
+
+    /// Takes another replica's (or an earlier run's) state of
+    /// `subscription_id`'s breaker when it wins over this one's
+    /// ([`Breaker::adopt`]); a closed state of a subscription without a breaker
+    /// here is nothing to take. Returns whether it changed.
+    pub fn adopt(&mut self, subscription_id: &str, shared: Shared) -> bool {
+        if !self.settings.enabled() {
+            return false;
+        }
+        match self.by_subscription.get_mut(subscription_id) {
+            Some(b) => b.adopt(&self.settings, shared),
+            None if shared.open.is_none() => false,
+            None => self
+                .by_subscription
+                .entry(subscription_id.to_owned())
+                .or_default()
+                .adopt(&self.settings, shared),
+        }
     }
 
     /// Breakers now open or probing.

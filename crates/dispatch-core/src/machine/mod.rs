@@ -45,7 +45,7 @@ use std::{
 
 use hookline_core::{
     epoch, BreakerSettings, Change, Flow, Job, Ladder, LaneKey, LaneLimits, LaneSettings, Lanes,
-    OverflowSettings, Release, Signal, Started, Transition,
+    OverflowSettings, Release, Shared, Signal, Started, Transition,
 };
 
 use breakers::{Breakers, Decision};
@@ -143,10 +143,12 @@ pub enum Note {
     /// A tier partition held until its head was due is fetched again: the
     /// head's due time came (a promotion of the tier).
     Promoted { label: &'static str },
-    /// A subscription's breaker changed state.
+    /// A subscription's breaker changed state here: `shared` is what the
+    /// other replicas must learn.
     Breaker {
         subscription_id: String,
         transition: Transition,
+        shared: Shared,
     },
     /// A tenant was promoted to (or demoted from) an overflow lane on a
     /// partition of `deliveries`.
@@ -658,10 +660,22 @@ impl Machine {
             self.wake_probe_waiters(&subscription_id);
         }
         if let Some(transition) = transition {
-            self.notes.push(Note::Breaker {
-                subscription_id,
-                transition,
-            });
+            if let Some(shared) = self.breakers.shared(&subscription_id) {
+                self.notes.push(Note::Breaker {
+                    subscription_id,
+                    transition,
+                    shared,
+                });
+            }
+        }
+    }
+
+    /// Another replica's (or an earlier run's) state of `subscription_id`'s
+    /// breaker, from the shared topic: taken when it is the later one. A
+    /// breaker closed this way releases what waited for a probe here.
+    pub fn adopt_breaker(&mut self, subscription_id: &str, shared: Shared) {
+        if self.breakers.adopt(subscription_id, shared) && shared.open.is_none() {
+            self.wake_probe_waiters(subscription_id);
         }
     }
 

@@ -8,7 +8,8 @@ use std::{
 };
 
 use hookline_core::{
-    BreakerSettings, Ladder, LaneLimits, LaneSettings, OverflowSettings, Signal, Transition,
+    BreakerSettings, Ladder, LaneLimits, LaneSettings, Opened, OverflowSettings, Shared, Signal,
+    Transition,
 };
 use hookline_envelope::{encode, fixtures::DeliveryBuilder, Delivery};
 
@@ -744,7 +745,15 @@ fn an_open_breaker_parks_its_deliveries_then_one_probe_closes_it() {
     assert!(
         notes.contains(&Note::Breaker {
             subscription_id: "s".into(),
-            transition: Transition::Opened
+            transition: Transition::Opened,
+            shared: Shared {
+                open: Some(Opened {
+                    since: opened,
+                    until: opened + BreakerSettings::DEFAULT.open_for,
+                    period: BreakerSettings::DEFAULT.open_for,
+                }),
+                changed_at: opened,
+            },
         }),
         "{notes:?}"
     );
@@ -768,6 +777,10 @@ fn an_open_breaker_parks_its_deliveries_then_one_probe_closes_it() {
     let closed = Note::Breaker {
         subscription_id: "s".into(),
         transition: Transition::Closed,
+        shared: Shared {
+            open: None,
+            changed_at: until,
+        },
     };
     assert!(m.take_notes().contains(&closed));
     assert_eq!(m.breakers_open(), 0);
@@ -893,6 +906,48 @@ fn a_lost_probe_wakes_what_waited_for_it() {
         vec![(R, 1)],
         "the next probes"
     );
+}
+
+/// A replica that restarts (or another replica) takes the open breaker the
+/// shared topic holds: its first delivery is parked until the probe time, not
+/// sent; a shared closing releases what waited for a probe here.
+#[test]
+fn an_adopted_open_breaker_parks_at_once_and_an_adopted_closing_releases() {
+    let dir = Dir::with(&[("s", 4, true)]);
+    let mut m = machine(100);
+    let until = t(30_000);
+    m.adopt_breaker(
+        "s",
+        Shared {
+            open: Some(Opened {
+                since: t(0),
+                until,
+                period: BreakerSettings::DEFAULT.open_for,
+            }),
+            changed_at: t(0),
+        },
+    );
+    assert_eq!(m.breakers_open(), 1);
+    push(&mut m, D, 0, &delivery("s", t(1)), t(1), &dir);
+    let (attempted, parked) = start_or_park(&mut m, t(1), &dir);
+    assert_eq!(attempted, vec![]);
+    assert_eq!(parked, vec![((D, 0), 0, until)]);
+    m.complete((D, 0), Finished::Durable);
+    // At the probe time: one probes, the next waits for it.
+    push(&mut m, R, 0, &delivery("s", until), until, &dir);
+    push(&mut m, R, 1, &delivery("s", until), until, &dir);
+    assert_eq!(start(&mut m, until, &dir), vec![(R, 0)]);
+    assert_eq!(start(&mut m, until, &dir), vec![]);
+    // Another replica's probe closed it meanwhile.
+    m.adopt_breaker(
+        "s",
+        Shared {
+            open: None,
+            changed_at: until + Duration::from_millis(5),
+        },
+    );
+    assert_eq!(m.breakers_open(), 0);
+    assert_eq!(start(&mut m, until, &dir), vec![(R, 1)], "released");
 }
 
 #[test]

@@ -19,6 +19,9 @@
 //! A partition's committed offset goes no further than its first finished
 //! record whose hand-off is not in the same transaction.
 //!
+//! The shared circuit breakers' records (`shared_breakers.rs`) ride the same
+//! queue as delivered attempts' records, below.
+//!
 //! The attempt log (`attempt_log.rs`): a hand-off carries its attempt records,
 //! so they commit with it. A delivered attempt has no hand-off: its record is
 //! queued here before its source record is finished, and every transaction
@@ -338,8 +341,11 @@ impl Engine {
         match result {
             Ok(()) => {
                 metrics::transaction("committed", took);
+                // The queue also carries shared breaker records: not counted.
+                let attempts = self.ctx.handoffs.topics().attempts();
                 metrics::attempt_log_written(
-                    log.len() + handoffs.iter().map(|h| h.log.len()).sum::<usize>(),
+                    log.iter().filter(|r| r.topic == attempts).count()
+                        + handoffs.iter().map(|h| h.log.len()).sum::<usize>(),
                 );
                 self.machine.offsets_mut().committed(&offsets);
                 for h in &handoffs {

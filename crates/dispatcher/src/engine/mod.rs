@@ -58,6 +58,7 @@ use crate::{
     machine::{Action, Directory, GateAction, Intake, Machine, Note},
     metrics,
     part::{Key, NoTarget, Part},
+    shared_breakers::SharedBreakers,
     DispatcherError,
 };
 
@@ -131,6 +132,10 @@ pub(crate) struct Engine {
     gauges_deferred: bool,
     /// The group consumers (inputs) that have not had an assignment yet.
     unjoined: std::collections::BTreeSet<u16>,
+    /// The breakers other replicas (or earlier runs) wrote, to adopt.
+    breakers: SharedBreakers,
+    /// This replica's transactional id: the writer of its breaker records.
+    replica: String,
 }
 
 pub(crate) use peek::Peeker;
@@ -163,6 +168,8 @@ pub(crate) struct Parts {
     pub transactor: Transactor,
     pub commits: CommitSettings,
     pub peeker: Peeker,
+    /// Caught up already: what it holds is adopted before the first fetch.
+    pub breakers: SharedBreakers,
 }
 
 impl Engine {
@@ -184,7 +191,8 @@ impl Engine {
             .filter(|(_, i)| i.lane.is_none())
             .map(|(n, _)| n)
             .collect();
-        let engine = Self {
+        let replica = p.commits.transactional_id.clone();
+        let mut engine = Self {
             epochs: vec![0; machine.inputs().len()],
             topics,
             waker,
@@ -210,7 +218,10 @@ impl Engine {
             peeker: p.peeker,
             gauges_deferred: false,
             unjoined,
+            breakers: p.breakers,
+            replica,
         };
+        engine.adopt_breakers();
         engine.report_joining();
         Ok(engine)
     }
@@ -497,8 +508,36 @@ impl Engine {
             }
         }
         for note in self.machine.take_notes() {
+            if let Note::Breaker {
+                subscription_id,
+                shared,
+                ..
+            } = &note
+            {
+                self.share_breaker(subscription_id, shared);
+            }
             emit(note, &self.topics);
         }
+    }
+
+    /// Takes the breaker states other replicas (or this one before a
+    /// restart) wrote, read since the last call.
+    fn adopt_breakers(&mut self) {
+        for (subscription_id, shared) in self.breakers.take() {
+            self.machine.adopt_breaker(&subscription_id, shared);
+        }
+    }
+
+    /// A breaker of this replica changed: the others learn it from the next
+    /// transaction (it rides with the attempt log's queue, so a failed
+    /// transaction carries it into the next).
+    fn share_breaker(&mut self, subscription_id: &str, shared: &hookline_core::Shared) {
+        let record = hookline_dispatch_core::health::record(subscription_id, shared, &self.replica);
+        self.commits.log(vec![crate::attempt_log::Logged {
+            topic: self.ctx.handoffs.topics().health().to_owned(),
+            key: subscription_id.as_bytes().to_vec(),
+            value: hookline_envelope::encode(&record),
+        }]);
     }
 
     fn ask_rewind(&self, part: Part, offset: i64, generation: u64) {
@@ -645,6 +684,7 @@ impl Engine {
 
     fn on_tick(&mut self) {
         self.health.beat(LOOP);
+        self.adopt_breakers();
         let subs = &self.subs;
         self.disabling
             .prune(|id| subs.get(id).map(|live| live.record.version));
@@ -692,6 +732,7 @@ fn emit(note: Note, topics: &[String]) {
         Note::Breaker {
             subscription_id,
             transition,
+            ..
         } => events::BreakerChanged {
             subscription_id: &subscription_id,
             transition,

@@ -72,12 +72,12 @@ impl Env {
         let plain: Vec<(&str, i32)> = topics
             .all()
             .into_iter()
-            .filter(|t| *t != topics.subscriptions())
+            .filter(|t| !topics.tables().contains(t))
             .map(|t| (t, partitions))
             .collect();
         kafka::create_topics(&plain, &[]).await.unwrap();
         kafka::create_topics(
-            &[(topics.subscriptions(), 1)],
+            &topics.tables().map(|t| (t, 1)),
             &[("cleanup.policy", "compact")],
         )
         .await

@@ -99,6 +99,8 @@ pub fn desired(settings: &Settings) -> Result<Vec<TopicSpec>, ProvisionError> {
         (topics.dlq(), Role::Dlq),
         (topics.quarantine(), Role::Quarantine),
         (topics.attempts(), Role::Attempts),
+        // Compacted and kept like the table it describes.
+        (topics.health(), Role::Subscriptions),
     ]);
     // Overflow lanes take a moved record to its source partition's number.
     roles.extend(topics.lanes().map(|lane| (lane, Role::Deliveries)));
@@ -301,8 +303,9 @@ fn check_spec(spec: &TopicSpec, role: Role, problems: &mut Vec<String>) {
 }
 
 /// Why a topic's `cleanup.policy` is wrong for its role, if it is. Compaction
-/// keeps one record per key: right for the subscription table, silent data
-/// loss for any tenant-keyed queue.
+/// keeps one record per key: right for the tables keyed by subscription (the
+/// subscriptions and their shared breakers), silent data loss for any
+/// tenant-keyed queue.
 fn wrong_policy(compacted_role: bool, policy: Option<&str>) -> Option<String> {
     let parts: Vec<&str> = policy
         .unwrap_or("delete")
@@ -314,7 +317,7 @@ fn wrong_policy(compacted_role: bool, policy: Option<&str>) -> Option<String> {
     match (compacted_role, compact, delete) {
         (true, true, false) => None,
         (true, _, _) => Some(format!(
-            "cleanup.policy is `{}`, must be `compact` (the subscription table would lose subscriptions)",
+            "cleanup.policy is `{}`, must be `compact` (a table keyed by subscription would lose entries)",
             policy.unwrap_or("delete")
         )),
         (false, true, _) => Some(format!(
@@ -328,7 +331,8 @@ fn wrong_policy(compacted_role: bool, policy: Option<&str>) -> Option<String> {
 /// Checks an existing topic's effective `cleanup.policy` against its role, for
 /// services that verify their topics at start: `Some(reason)` when wrong.
 pub fn wrong_topic_config(topics: &Topics, topic: &str, policy: Option<&str>) -> Option<String> {
-    wrong_policy(topic == topics.subscriptions(), policy).map(|why| format!("{topic}: {why}"))
+    let compacted = topic == topics.subscriptions() || topic == topics.health();
+    wrong_policy(compacted, policy).map(|why| format!("{topic}: {why}"))
 }
 
 /// The retry ladder, one flag and one variable for every command that needs it:

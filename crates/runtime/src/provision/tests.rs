@@ -73,10 +73,12 @@ fn desired_covers_every_topic_with_safe_defaults() {
         topics.all()
     );
     let get = |n: &str| specs.iter().find(|s| s.name == n).unwrap();
-    let subs = get("p.subscriptions");
-    assert_eq!(subs.configs["cleanup.policy"], "compact");
-    assert!(!subs.configs.contains_key("retention.ms"));
-    for spec in specs.iter().filter(|s| s.name != "p.subscriptions") {
+    let tables = ["p.subscriptions", "p.subscriptions.health"];
+    for table in tables {
+        assert_eq!(get(table).configs["cleanup.policy"], "compact", "{table}");
+        assert!(!get(table).configs.contains_key("retention.ms"), "{table}");
+    }
+    for spec in specs.iter().filter(|s| !tables.contains(&s.name.as_str())) {
         assert_eq!(spec.configs["cleanup.policy"], "delete", "{}", spec.name);
         assert_eq!(spec.configs["retention.ms"], "604800000", "{}", spec.name);
         assert_eq!(spec.configs["min.insync.replicas"], "2");
@@ -350,6 +352,8 @@ fn wrong_topic_config_flags_compaction_mismatches() {
         ("x.subscriptions", Some("compact"), false),
         ("x.subscriptions", Some("delete"), true),
         ("x.subscriptions", None, true),
+        ("x.subscriptions.health", Some("compact"), false),
+        ("x.subscriptions.health", Some("delete"), true),
         ("x.deliveries", Some("delete"), false),
         ("x.deliveries", Some("compact"), true),
         ("x.events", Some("compact,delete"), true),

@@ -67,6 +67,7 @@ app.kubernetes.io/component: {{ .component }}
 - deliveries.dlq
 - events.quarantine
 - deliveries.attempts
+- subscriptions.health
 {{- range until 8 }}
 - deliveries.lane-{{ . }}
 {{- end }}
