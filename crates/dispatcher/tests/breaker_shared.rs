@@ -7,10 +7,7 @@
 
 mod common;
 
-use std::{
-    process::{Command, Stdio},
-    time::{Duration, SystemTime},
-};
+use std::time::{Duration, SystemTime};
 
 use common::{delivery, Env};
 use hookline_envelope::Delivery;
@@ -21,15 +18,7 @@ const LADDER: &[(&str, &str)] = &[("t1", "1s"), ("t2", "2s"), ("t3", "3s")];
 fn spawn(env: &Env, extra: &[&str]) -> KillOnDrop {
     let mut flags = vec!["--group-session-timeout", "6s", "--retry-jitter", "0s"];
     flags.extend_from_slice(extra);
-    let args = env.args(&flags);
-    Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
-        .args(&args[1..])
-        .env("HOOKLINE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start hookline-dispatcher")
-        .into()
+    env.spawn_killable(&flags)
 }
 
 /// Opened on the third failure; the kill comes after the commit interval has

@@ -8,7 +8,6 @@ mod common;
 
 use std::{
     collections::{HashMap, HashSet},
-    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -20,15 +19,7 @@ const TENANTS: usize = 3;
 const PER_TENANT: usize = 300;
 
 fn spawn(env: &Env) -> KillOnDrop {
-    let args = env.args(&["--group-session-timeout", "6s"]);
-    Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
-        .args(&args[1..])
-        .env("HOOKLINE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start hookline-dispatcher")
-        .into()
+    env.spawn_killable(&["--group-session-timeout", "6s"])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,6 @@ mod common;
 
 use std::{
     collections::HashMap,
-    process::{Command, Stdio},
     time::{Duration, UNIX_EPOCH},
 };
 
@@ -23,15 +22,7 @@ const TENANTS: usize = 8;
 const PER_TENANT: usize = 25;
 
 fn spawn(env: &Env) -> KillOnDrop {
-    let args = env.args(&["--group-session-timeout", "6s", "--retry-jitter", "500ms"]);
-    Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
-        .args(&args[1..])
-        .env("HOOKLINE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start hookline-dispatcher")
-        .into()
+    env.spawn_killable(&["--group-session-timeout", "6s", "--retry-jitter", "500ms"])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,7 +13,6 @@ mod common;
 
 use std::{
     collections::{BTreeSet, HashMap},
-    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -32,15 +31,7 @@ const LADDER: &[(&str, &str)] = &[("t1", "200ms"), ("t2", "400ms")];
 fn spawn(env: &Env, extra: &[&str]) -> KillOnDrop {
     let mut flags = vec!["--group-session-timeout", "6s", "--retry-jitter", "0s"];
     flags.extend(extra);
-    let args = env.args(&flags);
-    Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
-        .args(&args[1..])
-        .env("HOOKLINE_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start hookline-dispatcher")
-        .into()
+    env.spawn_killable(&flags)
 }
 
 fn strict(env: &Env, id: &str, path: &str) -> Subscription {

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use clap::Parser;
 use hookline_envelope::{decode, encode, DeadLetter, Delivery, Subscription, Topics};
-use hookline_testkit::{kafka, receiver::Receiver, records, stage::Stage};
+use hookline_testkit::{kafka, process::KillOnDrop, receiver::Receiver, records, stage::Stage};
 use rdkafka::{
     message::Message,
     producer::{FutureProducer, FutureRecord},
@@ -164,6 +164,21 @@ impl Env {
             Stage::launch_exe("dispatcher", bin, &args[1..], log).await
         }
         .unwrap()
+    }
+
+    /// Starts the real binary with this environment's flags and `extra`, its
+    /// logs at `warn` on stderr, killed with SIGKILL (a crash) when dropped or
+    /// by [`KillOnDrop::kill`]: for the tests that kill -9 a replica.
+    pub fn spawn_killable(&self, extra: &[&str]) -> KillOnDrop {
+        let args = self.args(extra);
+        std::process::Command::new(env!("CARGO_BIN_EXE_hookline-dispatcher"))
+            .args(&args[1..])
+            .env("HOOKLINE_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start hookline-dispatcher")
+            .into()
     }
 
     /// Starts a dispatcher in this process.
