@@ -788,8 +788,15 @@ port_open() {
   "$PYTHON" -c 'import socket, sys; socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1).close()' "$1" 2>/dev/null
 }
 
+# port_free PORT: whether Kafka could listen on it. With SO_REUSEADDR, as
+# Kafka binds: a listener refuses it, the TIME_WAIT connections a `down` leaves
+# for a minute do not.
 port_free() {
-  "$PYTHON" -c 'import socket, sys; socket.socket().bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
+  "$PYTHON" -c '
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
 }
 
 # Every node up, every broker seeing all three.
