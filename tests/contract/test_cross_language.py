@@ -274,6 +274,12 @@ HEALTH_OPEN = {
     "open_period_ms": 60_000,
     "changed_at": T0 + 30_000,
     "written_by": "hookline-dispatcher-0 ✓",
+    "head_delivery_id": "msg_2f0d1c6e",
+    "head_attempt": 3,
+    "head_first_attempt_at": T0 - 40_000,
+    "head_last_attempt_at": T0 - 1_000,
+    "head_due_at": T0 + 59_000,
+    "head_last_outcome": "http_503",
 }
 
 HEALTH_CLOSED = {
@@ -282,6 +288,12 @@ HEALTH_CLOSED = {
     "open_until": None,
     "open_period_ms": 0,
     "written_by": "",
+    "head_delivery_id": None,
+    "head_attempt": 0,
+    "head_first_attempt_at": None,
+    "head_last_attempt_at": None,
+    "head_due_at": None,
+    "head_last_outcome": None,
 }
 
 SAMPLES = [

@@ -1,16 +1,67 @@
-//! The circuit breakers the dispatcher replicas share, as records: a breaker's
-//! [`Shared`] state goes to `subscriptions.health` as an [`EndpointHealth`]
-//! (keyed by subscription) when it changes here, and every replica adopts what
-//! it reads there (`Machine::adopt_breaker`). See
-//! docs/design.md#circuit-breaker.
+//! What the dispatcher replicas share per subscription, as records: a
+//! breaker's [`Shared`] state, and a strict subscription's [`HeldHead`], go
+//! to `subscriptions.health` as one [`EndpointHealth`] (keyed by subscription)
+//! when either changes here, and every replica adopts what it reads there
+//! (`Machine::adopt`). See docs/design.md#circuit-breaker and
+//! docs/design.md#strict-ordering.
 
 use std::time::Duration;
 
 use hookline_core::{epoch, Opened, Shared};
 use hookline_envelope::EndpointHealth;
 
-/// The record of `subscription_id`'s breaker state, written by `written_by`.
-pub fn record(subscription_id: &str, shared: &Shared, written_by: &str) -> EndpointHealth {
+/// A strict subscription's head waiting in place after a failed attempt: what
+/// its partition's next owner needs to go on with it rather than start over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldHead {
+    pub delivery_id: String,
+    /// Attempts so far.
+    pub attempt: i32,
+    pub first_attempt_at: Option<i64>,
+    pub last_attempt_at: Option<i64>,
+    /// When it may be attempted again, ms since the Unix epoch.
+    pub due_at: i64,
+    pub last_outcome: Option<String>,
+}
+
+impl HeldHead {
+    /// The head `delivery` is, after its failed attempt (as the retry record
+    /// would hold it).
+    pub fn of(delivery: &hookline_envelope::Delivery) -> Self {
+        Self {
+            delivery_id: delivery.delivery_id.clone(),
+            attempt: delivery.attempt,
+            first_attempt_at: delivery.first_attempt_at,
+            last_attempt_at: delivery.last_attempt_at,
+            due_at: delivery.due_at,
+            last_outcome: delivery.last_outcome.clone(),
+        }
+    }
+
+    /// Gives `delivery`, read again from the start of its partition, the
+    /// attempts and due time this head had, if it is this head and has not
+    /// come further. Returns whether it did.
+    pub fn restore(&self, delivery: &mut hookline_envelope::Delivery) -> bool {
+        if delivery.delivery_id != self.delivery_id || delivery.attempt >= self.attempt {
+            return false;
+        }
+        delivery.attempt = self.attempt;
+        delivery.first_attempt_at = self.first_attempt_at;
+        delivery.last_attempt_at = self.last_attempt_at;
+        delivery.due_at = self.due_at;
+        delivery.last_outcome.clone_from(&self.last_outcome);
+        true
+    }
+}
+
+/// The record of `subscription_id`'s breaker state and strict head, written
+/// by `written_by`.
+pub fn record(
+    subscription_id: &str,
+    shared: &Shared,
+    head: Option<&HeldHead>,
+    written_by: &str,
+) -> EndpointHealth {
     let open = shared.open.as_ref();
     EndpointHealth {
         subscription_id: subscription_id.to_owned(),
@@ -21,7 +72,25 @@ pub fn record(subscription_id: &str, shared: &Shared, written_by: &str) -> Endpo
         }),
         changed_at: epoch::millis(shared.changed_at),
         written_by: written_by.to_owned(),
+        head_delivery_id: head.map(|h| h.delivery_id.clone()),
+        head_attempt: head.map_or(0, |h| h.attempt),
+        head_first_attempt_at: head.and_then(|h| h.first_attempt_at),
+        head_last_attempt_at: head.and_then(|h| h.last_attempt_at),
+        head_due_at: head.map(|h| h.due_at),
+        head_last_outcome: head.and_then(|h| h.last_outcome.clone()),
     }
+}
+
+/// The strict head a record holds, if any.
+pub fn head(record: &EndpointHealth) -> Option<HeldHead> {
+    Some(HeldHead {
+        delivery_id: record.head_delivery_id.clone()?,
+        attempt: record.head_attempt,
+        first_attempt_at: record.head_first_attempt_at,
+        last_attempt_at: record.head_last_attempt_at,
+        due_at: record.head_due_at.unwrap_or_default(),
+        last_outcome: record.head_last_outcome.clone(),
+    })
 }
 
 /// The state a record holds. Open needs both times; a record with only one
@@ -73,12 +142,24 @@ mod tests {
                 changed_at: t(90_000),
             },
         ] {
-            let r = record("sub-1", &shared, "hookline-dispatcher-0");
-            assert_eq!(r.subscription_id, "sub-1");
-            assert_eq!(r.written_by, "hookline-dispatcher-0");
-            let back = hookline_envelope::decode::<EndpointHealth>(&hookline_envelope::encode(&r))
-                .unwrap();
-            assert_eq!(super::shared(&back), shared);
+            let held = HeldHead {
+                delivery_id: "msg_1".into(),
+                attempt: 2,
+                first_attempt_at: Some(1_700_000_000_000),
+                last_attempt_at: Some(1_700_000_001_000),
+                due_at: 1_700_000_021_000,
+                last_outcome: Some("http_503".into()),
+            };
+            for head in [None, Some(&held)] {
+                let r = record("sub-1", &shared, head, "hookline-dispatcher-0");
+                assert_eq!(r.subscription_id, "sub-1");
+                assert_eq!(r.written_by, "hookline-dispatcher-0");
+                let back =
+                    hookline_envelope::decode::<EndpointHealth>(&hookline_envelope::encode(&r))
+                        .unwrap();
+                assert_eq!(super::shared(&back), shared);
+                assert_eq!(super::head(&back).as_ref(), head);
+            }
         }
     }
 
@@ -91,8 +172,38 @@ mod tests {
             open_period_ms: 0,
             changed_at: 1_700_000_000_000,
             written_by: String::new(),
+            head_delivery_id: None,
+            head_attempt: 0,
+            head_first_attempt_at: None,
+            head_last_attempt_at: None,
+            head_due_at: None,
+            head_last_outcome: None,
         };
         let open = shared(&r).open.unwrap();
         assert_eq!((open.since, open.until), (t(60_000), t(60_000)));
+        assert_eq!(head(&r), None);
+    }
+
+    #[test]
+    fn a_head_read_again_goes_on_with_its_attempts_only_if_it_is_that_head() {
+        let held = HeldHead {
+            delivery_id: "msg_1".into(),
+            attempt: 2,
+            first_attempt_at: Some(10),
+            last_attempt_at: Some(20),
+            due_at: 30,
+            last_outcome: Some("http_503".into()),
+        };
+        let mut again =
+            hookline_envelope::fixtures::DeliveryBuilder::new("msg_1", "t", "s").build();
+        assert!(held.restore(&mut again));
+        assert_eq!(
+            (again.attempt, again.first_attempt_at, again.due_at),
+            (2, Some(10), 30)
+        );
+        assert!(!held.restore(&mut again), "already as far");
+        let mut other =
+            hookline_envelope::fixtures::DeliveryBuilder::new("msg_2", "t", "s").build();
+        assert!(!held.restore(&mut other), "another delivery");
     }
 }

@@ -1,14 +1,15 @@
-//! The circuit breakers the replicas share: `subscriptions.health` followed
+//! The circuit breakers (and strict heads) the replicas share:
+//! `subscriptions.health` followed
 //! from the beginning ([`hookline_runtime::compacted`]) before the dispatcher
 //! fetches anything, then live. What it reads waits here until the engine
-//! takes it (every tick) and adopts it (`Machine::adopt_breaker`); what a
+//! takes it (every tick) and adopts it (`Machine::adopt`); what a
 //! breaker of this replica does goes the other way, in the engine's
 //! transactions (`engine/mod.rs`). See docs/design.md#circuit-breaker.
 
 use std::sync::{Arc, Mutex};
 
 use hookline_core::Shared;
-use hookline_dispatch_core::health;
+use hookline_dispatch_core::health::{self, HeldHead};
 use hookline_envelope::{decode, error_chain, EndpointHealth};
 use hookline_runtime::{compacted, config::CommonArgs, health::Health, RuntimeError};
 use tokio::{sync::watch, task::JoinHandle};
@@ -27,13 +28,13 @@ pub(crate) struct SharedBreakers {
 
 #[derive(Debug, Default)]
 struct Inner {
-    read: Vec<(String, Shared)>,
+    read: Vec<(String, Shared, Option<HeldHead>)>,
     records: usize,
 }
 
 impl SharedBreakers {
     /// The states read since the last call, in topic order.
-    pub(crate) fn take(&self) -> Vec<(String, Shared)> {
+    pub(crate) fn take(&self) -> Vec<(String, Shared, Option<HeldHead>)> {
         std::mem::take(&mut self.lock().read)
     }
 
@@ -70,9 +71,11 @@ impl compacted::Table for SharedBreakers {
         }
         let mut inner = self.lock();
         inner.records += 1;
-        inner
-            .read
-            .push((record.subscription_id.clone(), health::shared(&record)));
+        inner.read.push((
+            record.subscription_id.clone(),
+            health::shared(&record),
+            health::head(&record),
+        ));
     }
 
     fn report_lag(&self, _lag: i64) {}

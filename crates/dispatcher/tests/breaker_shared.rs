@@ -1,7 +1,8 @@
-//! The circuit breakers the replicas share (`subscriptions.health`), on real
+//! What the replicas share per subscription (`subscriptions.health`), on real
 //! Kafka with the real binary: a breaker open before a kill -9 is still open
-//! after the restart, so the endpoint gets nothing before the probe time; and
-//! the auto-disable clock counts from the first opening, across the restart.
+//! after the restart, so the endpoint gets nothing before the probe time; the
+//! auto-disable clock counts from the first opening, across the restart; and a
+//! strict head waiting in place keeps its attempts and due time.
 
 #![allow(clippy::unwrap_used)]
 
@@ -137,5 +138,60 @@ async fn a_shortened_auto_disable_fires_across_a_restart() {
     assert!(
         after >= Duration::from_secs(8) && after <= Duration::from_secs(12),
         "disabled {after:?} after the first opening"
+    );
+}
+
+/// A strict head fails twice (the ladder: 2 s, then 20 s); a kill -9 after the
+/// second failure; the restarted replica reads the head again and goes on from
+/// the shared state: its third attempt waits for the due time, 20 s after the
+/// second, though the restart has the partition after one group session (6 s).
+/// Then the head and the two behind it arrive, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_strict_head_keeps_its_attempts_and_due_time_across_a_kill_9() {
+    let env = Env::with_ladder("strict-shared", 1, &[("t1", "2s"), ("t2", "20s")]).await;
+    env.receiver.set("/strict", Behaviour::status(500));
+    let mut sub = env.subscription("sub-strict", "tenant-strict", "/strict", "one");
+    sub.ordering = "strict".into();
+    sub.max_in_flight = 1;
+    env.put(&sub).await;
+    let mut first = spawn(&env, &[]);
+    let ds: Vec<Delivery> = (0..3).map(|n| delivery(&sub, n)).collect();
+    env.publish_strict(&ds).await;
+    let twice = env
+        .receiver
+        .wait_until(Duration::from_secs(60), |r| r.len() >= 2)
+        .await;
+    assert!(twice, "the head was not attempted twice");
+    let second_at = env.receiver.requests()[1].received_at;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    first.kill();
+    assert_eq!(
+        env.receiver.count(),
+        2,
+        "the head waits 20 s before its third"
+    );
+    env.receiver.set("/strict", Behaviour::status(204));
+    let restarted_at = SystemTime::now();
+    let mut second = spawn(&env, &[]);
+    let done = env
+        .receiver
+        .wait_until(Duration::from_secs(90), |r| {
+            r.iter().filter(|q| q.status == 204).count() >= 3
+        })
+        .await;
+    second.kill();
+    assert!(done, "only {} requests arrived", env.receiver.count());
+    let reqs = env.receiver.requests();
+    let ids: Vec<&str> = reqs.iter().map(|r| r.header("webhook-id")).collect();
+    let want: Vec<&str> = std::iter::repeat_n(ds[0].delivery_id.as_str(), 3)
+        .chain(ds[1..].iter().map(|d| d.delivery_id.as_str()))
+        .collect();
+    assert_eq!(ids, want, "the head three times, then the rest in order");
+    let third = reqs[2].received_at;
+    assert!(
+        third + Duration::from_millis(500) >= second_at + Duration::from_secs(20),
+        "the third attempt came {:?} after the restart, {:?} after the second: it started over",
+        third.duration_since(restarted_at).unwrap_or_default(),
+        third.duration_since(second_at).unwrap_or_default()
     );
 }

@@ -307,9 +307,10 @@ impl Record for AttemptRecord {
     const KIND: RecordKind = RecordKind::AttemptRecord;
 }
 
-/// One subscription's circuit breaker as the dispatcher replicas share it, on
-/// `subscriptions.health` (`schemas/endpoint_health.avsc`; compacted, key:
-/// `subscription_id`). Closed when `open_since` is `None`.
+/// One subscription's circuit breaker as the dispatcher replicas share it, and
+/// a strict subscription's head waiting in place, on `subscriptions.health`
+/// (`schemas/endpoint_health.avsc`; compacted, key: `subscription_id`). Closed
+/// when `open_since` is `None`; no head waits when `head_delivery_id` is `None`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointHealth {
     /// The subscription; the Kafka key.
@@ -329,6 +330,24 @@ pub struct EndpointHealth {
     /// The writing replica's transactional id.
     #[serde(default)]
     pub written_by: String,
+    /// A strict head waiting in place after a failed attempt: its delivery id.
+    #[serde(default)]
+    pub head_delivery_id: Option<String>,
+    /// The head's attempts so far.
+    #[serde(default)]
+    pub head_attempt: i32,
+    /// The head's first attempt, ms since the Unix epoch.
+    #[serde(default)]
+    pub head_first_attempt_at: Option<i64>,
+    /// The head's latest attempt, ms since the Unix epoch.
+    #[serde(default)]
+    pub head_last_attempt_at: Option<i64>,
+    /// When the head may be attempted again, ms since the Unix epoch.
+    #[serde(default)]
+    pub head_due_at: Option<i64>,
+    /// The head's latest outcome label.
+    #[serde(default)]
+    pub head_last_outcome: Option<String>,
 }
 
 impl Record for EndpointHealth {

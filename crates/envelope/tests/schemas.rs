@@ -15,7 +15,7 @@ fn fingerprints_are_pinned() {
         (RecordKind::DeadLetter, "fd41a47742f439e2"),
         (RecordKind::QuarantinedEvent, "b3ebb17e789552b9"),
         (RecordKind::AttemptRecord, "1e1cea3f3854c3ec"),
-        (RecordKind::EndpointHealth, "a45745dac4b9d559"),
+        (RecordKind::EndpointHealth, "2a4c1bc14674ed08"),
     ];
     for (kind, want) in pinned {
         let le: String = kind

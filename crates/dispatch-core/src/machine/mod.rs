@@ -61,6 +61,7 @@ use overflow::Overflow;
 
 use crate::{
     attempt::{Finished, Refusal, Target},
+    health::HeldHead,
     offsets::Offsets,
     part::{Input, Key, NoTarget, Part},
 };
@@ -143,12 +144,18 @@ pub enum Note {
     /// A tier partition held until its head was due is fetched again: the
     /// head's due time came (a promotion of the tier).
     Promoted { label: &'static str },
-    /// A subscription's breaker changed state here: `shared` is what the
-    /// other replicas must learn.
+    /// A subscription's breaker changed state here.
     Breaker {
         subscription_id: String,
         transition: Transition,
+    },
+    /// What the other replicas (and this one after a restart) must learn of a
+    /// subscription: its breaker and, for a strict one, the head waiting in
+    /// place — write it to `subscriptions.health`.
+    Share {
+        subscription_id: String,
         shared: Shared,
+        head: Option<HeldHead>,
     },
     /// A tenant was promoted to (or demoted from) an overflow lane on a
     /// partition of `deliveries`.
@@ -157,6 +164,12 @@ pub enum Note {
         tenant_id: String,
         lane: usize,
         promoted: bool,
+    },
+    /// A strict head read again (a restart, a rebalance) goes on with the
+    /// attempts and due time the shared topic held for it.
+    HeadRestored {
+        subscription_id: String,
+        attempt: i32,
     },
     /// A strictly ordered delivery waits at the head of its lane until `until`
     /// (its backoff, or its breaker's), holding the later ones behind it.
@@ -251,6 +264,12 @@ pub struct Machine {
     /// Deferred heads waiting for their subscription's probe to answer, by
     /// subscription: woken when it does.
     probe_waiters: HashMap<String, BTreeSet<Key>>,
+    /// Strict heads this replica holds in place after a failed attempt, by
+    /// subscription (shared until they finish).
+    holding: HashMap<String, HeldHead>,
+    /// Strict heads the shared topic holds, by subscription: a delivery read
+    /// again goes on from there.
+    shared_heads: HashMap<String, HeldHead>,
     overflow: Overflow,
 }
 
@@ -276,6 +295,8 @@ impl Machine {
             ladder,
             breakers: Breakers::new(breaker),
             probe_waiters: HashMap::new(),
+            holding: HashMap::new(),
+            shared_heads: HashMap::new(),
         })
     }
 
@@ -361,6 +382,20 @@ impl Machine {
                 Release::Repark { tier } => {
                     self.start_write((part, offset), delivery.payload.len());
                     return Intake::Repark { tier };
+                }
+            }
+        }
+        let mut delivery = delivery;
+        if self.inputs[usize::from(part.input)].strict {
+            if let Some(head) = self.shared_heads.get(&delivery.subscription_id) {
+                if head.restore(&mut delivery) {
+                    // Held here now: its end is shared from here.
+                    self.holding
+                        .insert(delivery.subscription_id.clone(), head.clone());
+                    self.notes.push(Note::HeadRestored {
+                        subscription_id: delivery.subscription_id.clone(),
+                        attempt: delivery.attempt,
+                    });
                 }
             }
         }
@@ -523,6 +558,14 @@ impl Machine {
         let Some(run) = self.running.remove(&key) else {
             return;
         };
+        if let Running::Attempt { delivery, .. } = &run {
+            if finished == Finished::Durable && self.holding.contains_key(&delivery.subscription_id)
+            {
+                // The head that waited in place is done: nothing to go on from.
+                self.holding.remove(&delivery.subscription_id);
+                self.share(&delivery.subscription_id);
+            }
+        }
         self.release(key, &run);
         self.overflow.ended(key, finished == Finished::Durable);
         if finished == Finished::Durable {
@@ -577,6 +620,9 @@ impl Machine {
             until,
             breaker: false,
         });
+        self.holding
+            .insert(record.subscription_id.clone(), HeldHead::of(&record));
+        self.share(&record.subscription_id);
         self.defer(
             key,
             started,
@@ -660,22 +706,43 @@ impl Machine {
             self.wake_probe_waiters(&subscription_id);
         }
         if let Some(transition) = transition {
-            if let Some(shared) = self.breakers.shared(&subscription_id) {
-                self.notes.push(Note::Breaker {
-                    subscription_id,
-                    transition,
-                    shared,
-                });
-            }
+            self.notes.push(Note::Breaker {
+                subscription_id: subscription_id.clone(),
+                transition,
+            });
+            self.share(&subscription_id);
         }
     }
 
-    /// Another replica's (or an earlier run's) state of `subscription_id`'s
-    /// breaker, from the shared topic: taken when it is the later one. A
-    /// breaker closed this way releases what waited for a probe here.
-    pub fn adopt_breaker(&mut self, subscription_id: &str, shared: Shared) {
+    /// Notes what the others must learn of `subscription_id` now.
+    fn share(&mut self, subscription_id: &str) {
+        let shared = self.breakers.shared(subscription_id).unwrap_or(Shared {
+            open: None,
+            changed_at: SystemTime::UNIX_EPOCH,
+        });
+        self.notes.push(Note::Share {
+            subscription_id: subscription_id.to_owned(),
+            shared,
+            head: self.holding.get(subscription_id).cloned(),
+        });
+    }
+
+    /// What another replica (or an earlier run) shared of `subscription_id`:
+    /// its breaker, taken when it is the later state (a breaker closed this way
+    /// releases what waited for a probe here), and its strict head waiting in
+    /// place, which a delivery read again goes on from
+    /// ([`HeldHead::restore`]).
+    pub fn adopt(&mut self, subscription_id: &str, shared: Shared, head: Option<HeldHead>) {
         if self.breakers.adopt(subscription_id, shared) && shared.open.is_none() {
             self.wake_probe_waiters(subscription_id);
+        }
+        match head {
+            Some(head) => {
+                self.shared_heads.insert(subscription_id.to_owned(), head);
+            }
+            None => {
+                self.shared_heads.remove(subscription_id);
+            }
         }
     }
 

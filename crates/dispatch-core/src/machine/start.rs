@@ -10,7 +10,7 @@
 
 use std::time::SystemTime;
 
-use hookline_core::Started;
+use hookline_core::{epoch, Started};
 
 use super::{Action, Decision, Directory, Machine, Note, Running};
 use hookline_envelope::subscription_state::DisabledReason;
@@ -40,6 +40,19 @@ impl Machine {
             }
             let delivery = queued.delivery;
             let strict = input.strict;
+            // A strict head read again with the due time it had (restored from
+            // the shared topic) waits for it in place, as before the restart.
+            let due = epoch::from_millis(delivery.due_at);
+            if strict && delivery.attempt > 0 && due > now {
+                self.notes.push(Note::Held {
+                    subscription_id: delivery.subscription_id.clone(),
+                    attempt: delivery.attempt,
+                    until: due,
+                    breaker: false,
+                });
+                self.defer(key, started, delivery, queued.ready_since, due);
+                continue;
+            }
             let target = match dir.target(&delivery) {
                 Ok(target) => target,
                 Err(why) => {

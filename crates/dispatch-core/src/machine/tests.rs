@@ -746,6 +746,12 @@ fn an_open_breaker_parks_its_deliveries_then_one_probe_closes_it() {
         notes.contains(&Note::Breaker {
             subscription_id: "s".into(),
             transition: Transition::Opened,
+        }),
+        "{notes:?}"
+    );
+    assert!(
+        notes.contains(&Note::Share {
+            subscription_id: "s".into(),
             shared: Shared {
                 open: Some(Opened {
                     since: opened,
@@ -754,8 +760,9 @@ fn an_open_breaker_parks_its_deliveries_then_one_probe_closes_it() {
                 }),
                 changed_at: opened,
             },
+            head: None,
         }),
-        "{notes:?}"
+        "shared with the other replicas: {notes:?}"
     );
     assert_eq!(m.breakers_open(), 1);
     // Parked on retry-10s (the longest within 30 s), due when it may probe.
@@ -777,12 +784,20 @@ fn an_open_breaker_parks_its_deliveries_then_one_probe_closes_it() {
     let closed = Note::Breaker {
         subscription_id: "s".into(),
         transition: Transition::Closed,
+    };
+    let shared = Note::Share {
+        subscription_id: "s".into(),
         shared: Shared {
             open: None,
             changed_at: until,
         },
+        head: None,
     };
-    assert!(m.take_notes().contains(&closed));
+    let notes = m.take_notes();
+    assert!(
+        notes.contains(&closed) && notes.contains(&shared),
+        "{notes:?}"
+    );
     assert_eq!(m.breakers_open(), 0);
     let (attempted, parked) = start_or_park(&mut m, until, &dir);
     assert_eq!(
@@ -916,7 +931,7 @@ fn an_adopted_open_breaker_parks_at_once_and_an_adopted_closing_releases() {
     let dir = Dir::with(&[("s", 4, true)]);
     let mut m = machine(100);
     let until = t(30_000);
-    m.adopt_breaker(
+    m.adopt(
         "s",
         Shared {
             open: Some(Opened {
@@ -926,6 +941,7 @@ fn an_adopted_open_breaker_parks_at_once_and_an_adopted_closing_releases() {
             }),
             changed_at: t(0),
         },
+        None,
     );
     assert_eq!(m.breakers_open(), 1);
     push(&mut m, D, 0, &delivery("s", t(1)), t(1), &dir);
@@ -939,12 +955,13 @@ fn an_adopted_open_breaker_parks_at_once_and_an_adopted_closing_releases() {
     assert_eq!(start(&mut m, until, &dir), vec![(R, 0)]);
     assert_eq!(start(&mut m, until, &dir), vec![]);
     // Another replica's probe closed it meanwhile.
-    m.adopt_breaker(
+    m.adopt(
         "s",
         Shared {
             open: None,
             changed_at: until + Duration::from_millis(5),
         },
+        None,
     );
     assert_eq!(m.breakers_open(), 0);
     assert_eq!(start(&mut m, until, &dir), vec![(R, 1)], "released");
@@ -1040,6 +1057,76 @@ fn a_strict_head_in_backoff_holds_its_subscription_in_place() {
     m.complete((S, 0), Finished::Durable);
     assert_eq!(start(&mut m, due, &dir), vec![(S, 1)], "then the next");
     assert_eq!(m.lowest_unfinished(S), Some(1));
+}
+
+/// A strict head held in place is shared (its attempts and due time), and
+/// cleared once it is done; a new owner that reads the same delivery again
+/// goes on from there: it waits for the due time, then attempts it with its
+/// attempts counted, instead of attempting it at once as a first attempt.
+#[test]
+fn a_held_strict_head_is_shared_and_a_new_owner_goes_on_from_it() {
+    let dir = Dir::with(&[("s", 1, true)]);
+    let mut m = strict_machine();
+    let head = delivery("s", t(0));
+    push(&mut m, S, 0, &head, t(0), &dir);
+    assert_eq!(start(&mut m, t(0), &dir), vec![(S, 0)]);
+    m.attempted((S, 0), t(5), Signal::Failure);
+    let due = t(20_000);
+    let retried = retried(&head, t(0), due);
+    m.hold((S, 0), retried.clone());
+    let held = crate::health::HeldHead::of(&retried);
+    let shares: Vec<Note> = m
+        .take_notes()
+        .into_iter()
+        .filter(|n| matches!(n, Note::Share { .. }))
+        .collect();
+    assert_eq!(
+        shares,
+        vec![Note::Share {
+            subscription_id: "s".into(),
+            shared: Shared {
+                open: None,
+                changed_at: std::time::UNIX_EPOCH
+            },
+            head: Some(held.clone()),
+        }]
+    );
+    // It succeeds at its due time: shared as done.
+    assert_eq!(start(&mut m, due, &dir), vec![(S, 0)]);
+    m.attempted((S, 0), due, Signal::Success);
+    m.complete((S, 0), Finished::Durable);
+    assert!(m
+        .take_notes()
+        .iter()
+        .any(|n| matches!(n, Note::Share { head: None, .. })));
+
+    // Another replica, before it: the partition's new owner after a crash.
+    let mut next = strict_machine();
+    next.adopt(
+        "s",
+        Shared {
+            open: None,
+            changed_at: std::time::UNIX_EPOCH,
+        },
+        Some(held),
+    );
+    push(&mut next, S, 0, &head, t(1_000), &dir);
+    assert_eq!(
+        start(&mut next, t(1_000), &dir),
+        vec![],
+        "not attempted before its due time"
+    );
+    assert_eq!(next.next_wakeup(), Some(due));
+    next.start_ready(due, &dir);
+    let attempts: Vec<i32> = next
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Attempt { delivery, .. } => Some(delivery.attempt),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attempts, vec![1], "its attempt counted");
 }
 
 /// An open breaker holds a strict head in place (no attempt spent, nothing

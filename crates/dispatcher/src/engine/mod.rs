@@ -508,31 +508,38 @@ impl Engine {
             }
         }
         for note in self.machine.take_notes() {
-            if let Note::Breaker {
+            if let Note::Share {
                 subscription_id,
                 shared,
-                ..
+                head,
             } = &note
             {
-                self.share_breaker(subscription_id, shared);
+                self.share(subscription_id, shared, head.as_ref());
+                continue;
             }
             emit(note, &self.topics);
         }
     }
 
-    /// Takes the breaker states other replicas (or this one before a
-    /// restart) wrote, read since the last call.
+    /// Takes what other replicas (or this one before a restart) shared, read
+    /// since the last call.
     fn adopt_breakers(&mut self) {
-        for (subscription_id, shared) in self.breakers.take() {
-            self.machine.adopt_breaker(&subscription_id, shared);
+        for (subscription_id, shared, head) in self.breakers.take() {
+            self.machine.adopt(&subscription_id, shared, head);
         }
     }
 
-    /// A breaker of this replica changed: the others learn it from the next
-    /// transaction (it rides with the attempt log's queue, so a failed
-    /// transaction carries it into the next).
-    fn share_breaker(&mut self, subscription_id: &str, shared: &hookline_core::Shared) {
-        let record = hookline_dispatch_core::health::record(subscription_id, shared, &self.replica);
+    /// A breaker or a strict head of this replica changed: the others learn it
+    /// from the next transaction (it rides with the attempt log's queue, so a
+    /// failed transaction carries it into the next).
+    fn share(
+        &mut self,
+        subscription_id: &str,
+        shared: &hookline_core::Shared,
+        head: Option<&hookline_dispatch_core::health::HeldHead>,
+    ) {
+        let record =
+            hookline_dispatch_core::health::record(subscription_id, shared, head, &self.replica);
         self.commits.log(vec![crate::attempt_log::Logged {
             topic: self.ctx.handoffs.topics().health().to_owned(),
             key: subscription_id.as_bytes().to_vec(),
@@ -732,7 +739,6 @@ fn emit(note: Note, topics: &[String]) {
         Note::Breaker {
             subscription_id,
             transition,
-            ..
         } => events::BreakerChanged {
             subscription_id: &subscription_id,
             transition,
@@ -750,6 +756,16 @@ fn emit(note: Note, topics: &[String]) {
             promoted,
         }
         .emit(),
+        // Written by the engine (`share`), never emitted.
+        Note::Share { .. } => {}
+        Note::HeadRestored {
+            subscription_id,
+            attempt,
+        } => tracing::info!(
+            subscription_id = %subscription_id,
+            attempt,
+            "a strict head read again goes on with its attempts and due time"
+        ),
         Note::Held {
             subscription_id,
             attempt,
