@@ -2,8 +2,9 @@
 //! (plain HTTP, or HTTPS with a fresh self-signed certificate, HTTP/1.1 and h2)
 //! that records every request — method, path, version, headers, body, arrival
 //! time — and answers per path as told: a status, a delay, fail the first N
-//! requests then succeed, fail the first request of chosen `webhook-id`s, a
-//! `Retry-After`. Stops when dropped.
+//! requests then succeed, fail for a while (an outage: from the path's first
+//! request, however few requests arrive meanwhile), fail the first request of
+//! chosen `webhook-id`s, a `Retry-After`. Stops when dropped.
 
 use std::{
     collections::HashMap,
@@ -38,6 +39,10 @@ pub struct Behaviour {
     /// Answer the first `fail_first` requests with `fail_status`.
     pub fail_first: u32,
     pub fail_status: u16,
+    /// Answer with `fail_status` every request that arrives within this long
+    /// of the path's first request: an outage that ends on the clock, not
+    /// after a number of requests (a circuit breaker sends few meanwhile).
+    pub fail_for: Duration,
     /// `Retry-After` value sent with failures (and with `status` if it is not 2xx).
     pub retry_after: Option<String>,
     /// Response body.
@@ -57,6 +62,7 @@ impl Default for Behaviour {
             delay: Duration::ZERO,
             fail_first: 0,
             fail_status: 503,
+            fail_for: Duration::ZERO,
             retry_after: None,
             body: Bytes::new(),
             headers: Vec::new(),
@@ -81,6 +87,14 @@ impl Behaviour {
 
     pub fn fail_first(mut self, times: u32, status: u16) -> Self {
         self.fail_first = times;
+        self.fail_status = status;
+        self
+    }
+
+    /// Fails every request with `status` for `outage` from the path's first
+    /// request, then answers as the rest of the behaviour says.
+    pub fn fail_for(mut self, outage: Duration, status: u16) -> Self {
+        self.fail_for = outage;
         self.fail_status = status;
         self
     }
@@ -145,6 +159,8 @@ struct State {
     requests: Mutex<Vec<Recorded>>,
     behaviours: Mutex<HashMap<String, Behaviour>>,
     seen: Mutex<HashMap<String, u32>>,
+    /// When each path's first request arrived.
+    first_at: Mutex<HashMap<String, Instant>>,
     /// Requests seen per `webhook-id`, of the ids a behaviour fails.
     seen_ids: Mutex<HashMap<String, u32>>,
     /// Per path: requests being handled now, and the most at once.
@@ -408,7 +424,11 @@ async fn handle(
         *n += 1;
         *n <= behaviour.fail_times_of
     };
-    let status = if nth <= behaviour.fail_first || failing_id {
+    let in_outage = !behaviour.fail_for.is_zero() && {
+        let first = *lock(&state.first_at).entry(path.clone()).or_insert(at);
+        at.duration_since(first) < behaviour.fail_for
+    };
+    let status = if nth <= behaviour.fail_first || failing_id || in_outage {
         behaviour.fail_status
     } else {
         behaviour.status
