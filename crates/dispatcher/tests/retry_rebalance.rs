@@ -4,6 +4,10 @@
 //! survivor takes the partitions over (librdkafka keeps a pause flag across
 //! rebalances, so it must resume them itself), nothing stays paused forever,
 //! nothing is lost, and no retry is attempted before its `due_at`.
+//!
+//! The circuit breaker is on with its defaults, so no subscription fails 10
+//! times in a row: each has fewer deliveries than that (its first attempts are
+//! its only failures), and none is parked.
 
 #![allow(clippy::unwrap_used)]
 
@@ -19,7 +23,9 @@ use hookline_envelope::Delivery;
 use hookline_testkit::{process::KillOnDrop, receiver::Behaviour};
 
 const TENANTS: usize = 8;
-const PER_TENANT: usize = 25;
+const SUBS_PER_TENANT: usize = 3;
+/// Deliveries per subscription: under `--breaker-failures` (10).
+const PER_SUB: usize = 8;
 
 fn spawn(env: &Env) -> KillOnDrop {
     env.spawn_killable(&["--group-session-timeout", "6s", "--retry-jitter", "500ms"])
@@ -30,15 +36,22 @@ async fn a_killed_replica_leaves_no_partition_paused_and_loses_nothing() {
     let env = Env::with_ladder("ladder-rebalance", 4, &[("t1", "8s"), ("t2", "9s")]).await;
     let mut all: Vec<Delivery> = Vec::new();
     for t in 0..TENANTS {
-        let path = format!("/h-{t}");
-        // Every first attempt fails; every retry succeeds.
-        env.receiver.set(
-            &path,
-            Behaviour::status(204).fail_first(PER_TENANT as u32, 503),
-        );
-        let sub = env.subscription(&format!("sub-{t}"), &format!("tenant-{t}"), &path, "one");
-        env.put(&sub).await;
-        all.extend((0..PER_TENANT).map(|n| delivery(&sub, n)));
+        for s in 0..SUBS_PER_TENANT {
+            let path = format!("/h-{t}-{s}");
+            // Every first attempt fails; every retry succeeds.
+            env.receiver.set(
+                &path,
+                Behaviour::status(204).fail_first(PER_SUB as u32, 503),
+            );
+            let sub = env.subscription(
+                &format!("sub-{t}-{s}"),
+                &format!("tenant-{t}"),
+                &path,
+                "one",
+            );
+            env.put(&sub).await;
+            all.extend((0..PER_SUB).map(|n| delivery(&sub, n)));
+        }
     }
     let total = all.len();
     let mut a = spawn(&env);

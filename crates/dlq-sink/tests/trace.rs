@@ -149,7 +149,7 @@ async fn trace_shows_retries_a_replay_and_a_cancellation_in_order_from_topic_and
     }
     let group = format!("{}dispatcher", env.prefix);
     let brokers = kafka::brokers();
-    let mut args = vec![
+    let args = vec![
         "hookline-dispatcher",
         "--brokers",
         &brokers,
@@ -169,7 +169,6 @@ async fn trace_shows_retries_a_replay_and_a_cancellation_in_order_from_topic_and
         "--retry-jitter",
         "0s",
     ];
-    args.extend(hookline_testkit::pipeline::BREAKER_OFF);
     let config = DispatcherCli::try_parse_from(args).unwrap().config;
     let stop = CancellationToken::new();
     let dispatcher = tokio::spawn(hookline_dispatcher::run(config, stop.clone()));

@@ -127,11 +127,6 @@ impl Env {
         if let Some(tiers) = &self.retry_tiers {
             args.extend(["--retry-tiers".to_owned(), tiers.clone()]);
         }
-        // The tests count attempts per endpoint, which an open circuit breaker
-        // would change by parking: off unless a test sets a `--breaker-*` flag.
-        if !extra.iter().any(|a| a.starts_with("--breaker")) {
-            args.extend(hookline_testkit::pipeline::BREAKER_OFF.map(str::to_owned));
-        }
         args.extend(extra.iter().map(|s| s.to_string()));
         args
     }
