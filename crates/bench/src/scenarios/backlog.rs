@@ -6,14 +6,18 @@
 //! After a warm-up, the idle dispatcher's RSS is sampled, then it is stopped
 //! (SIGTERM, a clean drain) while fanout writes the backlog: `BENCH_TENANTS`
 //! tenants of one subscription each, round-robin. One tenant's endpoint fails
-//! the first attempt of every one of its deliveries (503), so a twentieth of
-//! the backlog (with the default 20 tenants) also passes through the first
-//! retry tier while the rest drains. Then the dispatcher starts again (same
+//! the first attempt of every `FAIL_EVERY`th of its deliveries (503), so an
+//! eightieth of the backlog (with the default 20 tenants) also passes through
+//! the first retry tier while the rest drains. Not every one: the circuit
+//! breaker is on, with its defaults, and a run of failures or a failure ratio
+//! of a half would open it and park the tenant's deliveries instead; one in
+//! four keeps it closed. Then the dispatcher starts again (same
 //! binary and flags) on the whole backlog, and its RSS is read from
 //! `/proc/<pid>/status` every second until every delivery has arrived.
 
 use std::time::{Duration, Instant};
 
+use hookline_envelope::delivery_id;
 use hookline_testkit::{kafka, receiver::Behaviour};
 
 use super::{warm_up, Context, STALL};
@@ -24,6 +28,8 @@ use crate::{
 };
 
 const MAX_IN_FLIGHT: i32 = 16;
+/// The flaky tenant's endpoint fails the first attempt of one delivery in this many.
+const FAIL_EVERY: usize = 4;
 const LADDER: &[(&str, u64)] = &[("retry-1s", 1), ("retry-2s", 2), ("retry-4s", 4)];
 /// How long the idle dispatcher's RSS is sampled.
 const IDLE_SAMPLES: usize = 5;
@@ -87,21 +93,23 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         .await?;
     let per_tenant = params.queued.div_ceil(tenants.len());
     let queued = per_tenant * tenants.len();
-    // The receiver counts a path's requests from its start: the warm-up's
-    // one passed already.
-    let flaky_path = format!("/q/{flaky}");
-    let warmed = p.receiver.requests_to(&flaky_path).len();
-    p.receiver.set(
-        &flaky_path,
-        Behaviour::default().fail_first(u32::try_from(per_tenant + warmed)?, 503),
-    );
+    let flaky_sub = format!("{flaky}-s0");
+    let mut failing: std::collections::BTreeSet<String> = Default::default();
+    let mut flaky_seen = 0;
     let writing = Instant::now();
     let mut left = queued;
     while left > 0 {
         let chunk: Vec<_> = (0..left.min(CHUNK))
             .map(|i| {
                 seq += 1;
-                p.event(seq, &tenants[i % tenants.len()], params.payload)
+                let tenant = &tenants[i % tenants.len()];
+                if *tenant == flaky {
+                    if flaky_seen % FAIL_EVERY == 0 {
+                        failing.insert(delivery_id(&p.event_id(seq), &flaky_sub));
+                    }
+                    flaky_seen += 1;
+                }
+                p.event(seq, tenant, params.payload)
             })
             .collect();
         left -= chunk.len();
@@ -120,13 +128,18 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let fan_out_secs = writing.elapsed().as_secs_f64();
+    let retried = failing.len();
+    p.receiver.set(
+        &format!("/q/{flaky}"),
+        Behaviour::default().fail_first_of(failing, 1, 503),
+    );
 
     // The dispatcher again, on the whole backlog.
     let before = p.receiver.count();
     let draining = Instant::now();
     p.stage_mut("dispatcher")?.restart().await?;
     let pid = p.stage("dispatcher")?.pid();
-    let requests = queued + per_tenant; // every delivery once, the flaky tenant's twice
+    let requests = queued + retried; // every delivery once, the failing ones twice
     let mut timeline: Vec<(f64, f64, usize)> = Vec::new();
     let mut last_progress = (Instant::now(), before);
     while p.receiver.count() - before < requests {
@@ -171,7 +184,7 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
     out.settings = serde_json::json!({
         "queued_deliveries": queued,
         "tenants": tenants.len(),
-        "first_attempt_fails_for": format!("tenant {flaky}: {per_tenant} deliveries into retry-1s"),
+        "first_attempt_fails_for": format!("tenant {flaky}: {retried} of its {per_tenant} deliveries into retry-1s"),
         "ladder": LADDER.iter().map(|(n, s)| format!("{n}={s}s")).collect::<Vec<_>>(),
         "max_in_flight_per_subscription": MAX_IN_FLIGHT,
     });
@@ -206,7 +219,7 @@ async fn body(p: &mut Pipeline, params: &Params, out: &mut Outcome) -> anyhow::R
     out.figure(
         "backlog",
         format!(
-            "{queued} deliveries written by fanout in {fan_out_secs:.0} s, drained in {drain_secs:.0} s ({:.0}/s, {per_tenant} of them retried once)",
+            "{queued} deliveries written by fanout in {fan_out_secs:.0} s, drained in {drain_secs:.0} s ({:.0}/s, {retried} of them retried once)",
             requests as f64 / drain_secs.max(1e-9)
         ),
         "drain_s",
