@@ -26,9 +26,6 @@ use crate::stage::{usage_of, Stage};
 const SECRET_REF: &str = "pipeline";
 const SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n";
 
-/// The dispatcher flags that turn its circuit breaker off.
-pub const BREAKER_OFF: [&str; 4] = ["--breaker-failures", "0", "--breaker-failure-ratio", "0"];
-
 /// How a scenario's pipeline is set up.
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -351,17 +348,6 @@ impl Pipeline {
                 .map(|(n, d)| format!("{n}={}ms", d.as_millis()))
                 .collect();
             dispatcher.extend(["--retry-tiers".to_owned(), ladder.join(",")]);
-        }
-        // The scenarios count attempts and dead letters per endpoint, which an open
-        // circuit breaker would change by parking; the breaker has its own tests.
-        // A spec that sets any `--breaker-*` flag keeps it.
-        if !self
-            .spec
-            .dispatcher_args
-            .iter()
-            .any(|a| a.starts_with("--breaker"))
-        {
-            dispatcher.extend(BREAKER_OFF.map(str::to_owned));
         }
         dispatcher.extend(self.spec.dispatcher_args.iter().cloned());
         let log = self.dir.path().join(format!("{name}.log"));

@@ -1,9 +1,20 @@
 //! Retry chains as a `read_committed` reader sees them: every record on the
-//! retry tiers and the DLQ, per delivery. Exactly-once hand-offs mean one tier
-//! record per (delivery, attempt) — a second copy is a forked chain — attempts
-//! 1..=k with no gap, and at most one dead letter per delivery.
+//! retry tiers and the DLQ, per delivery. Exactly-once hand-offs mean one
+//! retry record per (delivery, attempt) — a second one is a forked chain —
+//! attempts 1..=k with no gap, and at most one dead letter per delivery.
+//!
+//! A tier also holds parked records, which are no link of a chain: a delivery
+//! its open circuit breaker held back (written unattempted, `attempt` and
+//! `last_attempt_at` as read, only `due_at` moved to the probe time) and a
+//! record its tier released early (written back as read). A delivery may be
+//! parked many times. A retry record is written by an attempt, and every
+//! attempt stamps its own start in `last_attempt_at`, so records of one
+//! (delivery, attempt) that share `last_attempt_at` are one retry record and
+//! its parked copies, while two retry records of one attempt — a fork, that
+//! attempt made twice and both follow-ups committed — differ in it. A record
+//! with `attempt` 0 is a first attempt parked before it was ever made.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use hookline_envelope::{DeadLetter, Delivery};
 use hookline_testkit::{kafka, pipeline::Pipeline, records};
@@ -12,10 +23,14 @@ use rdkafka::Message;
 /// The tiers and the DLQ of one pipeline, read to their (stable) end.
 #[derive(Debug, Default)]
 pub struct Chains {
-    /// delivery id → attempt (attempts already made) → copies on the tiers.
+    /// delivery id → attempt (attempts already made) → retry records of it on
+    /// the tiers (distinct attempt starts; parked copies not counted).
     pub attempts: HashMap<String, BTreeMap<i32, usize>>,
-    /// Records per tier name.
+    /// Records per tier name (retry and parked).
     pub per_tier: BTreeMap<String, usize>,
+    /// Parked records (see the module doc), and the deliveries they belong to.
+    pub parked: usize,
+    pub parked_deliveries: HashSet<String>,
     /// delivery id → "tier/partition@offset" of each of its tier records, for
     /// the evidence of a fork.
     pub coordinates: HashMap<String, Vec<String>>,
@@ -26,6 +41,8 @@ pub struct Chains {
 impl Chains {
     pub async fn read(p: &Pipeline) -> anyhow::Result<Self> {
         let mut chains = Self::default();
+        // (delivery, attempt, last_attempt_at) of every retry record seen.
+        let mut seen: HashSet<(String, i32, Option<i64>)> = HashSet::new();
         for (tier, topic) in p.topics.retries() {
             let records = kafka::read_to_end(topic).await?;
             chains.per_tier.insert(tier.to_owned(), records.len());
@@ -41,6 +58,13 @@ impl Chains {
                         m.offset(),
                         d.attempt
                     ));
+                if d.attempt == 0
+                    || !seen.insert((d.delivery_id.clone(), d.attempt, d.last_attempt_at))
+                {
+                    chains.parked += 1;
+                    chains.parked_deliveries.insert(d.delivery_id);
+                    continue;
+                }
                 *chains
                     .attempts
                     .entry(d.delivery_id)
@@ -68,7 +92,12 @@ impl Chains {
         self.dead.values().map(Vec::len).sum()
     }
 
-    /// (delivery id, attempt, copies) of every tier record written more than once.
+    /// Retry records (tier records that are not parked).
+    pub fn retry_records(&self) -> usize {
+        self.tier_records() - self.parked
+    }
+
+    /// (delivery id, attempt, copies) of every retry record written more than once.
     pub fn forks(&self) -> Vec<(String, i32, usize)> {
         let mut out: Vec<_> = self
             .attempts

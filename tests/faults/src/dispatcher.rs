@@ -100,15 +100,6 @@ impl Dispatcher {
                 .collect();
             base.extend(["--retry-tiers".to_owned(), ladder.join(",")]);
         }
-        // As in every scenario (`Pipeline::start_dispatcher`): the checks count
-        // attempts per endpoint, which an open circuit breaker would change.
-        if !spec
-            .dispatcher_args
-            .iter()
-            .any(|a| a.starts_with("--breaker"))
-        {
-            base.extend(hookline_testkit::pipeline::BREAKER_OFF.map(str::to_owned));
-        }
         base.extend(spec.dispatcher_args.iter().cloned());
         let log = p.dir().join(format!("{name}.log"));
         let args = args_with(&base, transactional, txn_id);

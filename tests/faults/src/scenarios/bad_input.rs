@@ -32,7 +32,7 @@ use rand::rngs::StdRng;
 use rdkafka::{producer::FutureRecord, Message};
 use tokio::time::Instant;
 
-use super::{all_running, check_outcomes, spec, Report, Want, STALL};
+use super::{all_running, check_outcomes, spec, Report, Want, FLAKY_OUTAGE, STALL};
 use crate::{ledger, load};
 
 mod records;
@@ -137,7 +137,7 @@ pub async fn run(r: &mut Report, _rng: &mut StdRng) -> anyhow::Result<()> {
     let partitions: Vec<i32> = (0..3).collect();
     p.receiver.set("/ok", Behaviour::status(204));
     p.receiver
-        .set("/flaky", Behaviour::status(204).fail_first(60, 503));
+        .set("/flaky", Behaviour::status(204).fail_for(FLAKY_OUTAGE, 503));
     p.receiver.set("/rejects", Behaviour::status(404));
     let tenants = ["t0", "t1", "t2", "t3"];
     let mut plan: Vec<(String, &str, &str, i32, Want)> = tenants

@@ -10,10 +10,7 @@
 //! still being answered) and the delivery rate just before it.
 //!
 //! `HOOKLINE_FAULTS_DISPATCHER_BIN=/path/to/hookline-dispatcher` measures
-//! another build (e.g. one from before transactional commits). A build from
-//! before the circuit breaker refuses the `--breaker-*` flags the harness
-//! passes to turn it off; measure one with a scenario spec that sets a
-//! `--breaker-*` flag of its own removed, or patch it out of `dispatcher.rs`.
+//! another build (e.g. one from before transactional commits).
 
 use std::{
     collections::HashMap,

@@ -75,10 +75,19 @@ impl Report {
 /// it has (and fails if anything is missing).
 pub const STALL: Duration = Duration::from_secs(60);
 
-/// A pipeline spec for the fault scenarios: a ladder of seconds, and group
-/// session timeouts at the broker's minimum so a killed member's partitions
-/// move in 6 s rather than the default 10 s (correctness does not
-/// depend on it; the suite's run time does).
+/// The circuit breaker's times in every scenario but the breaker's own: it
+/// opens at its default thresholds, but probes after 2 s rather than 30 s (so
+/// an endpoint that recovers costs a scenario 2 s, doubling while it stays
+/// down), and an always-failing endpoint's subscription is disabled after its
+/// breaker has been open 20 s rather than 5 days — the only end an open
+/// breaker allows the deliveries it parks, which no longer climb the ladder.
+pub const BREAKER_TIMES: [&str; 4] = ["--breaker-open", "2s", "--breaker-disable-after", "20s"];
+
+/// A pipeline spec for the fault scenarios: a ladder of seconds, the
+/// breaker's shortened times ([`BREAKER_TIMES`]), and group session timeouts
+/// at the broker's minimum so a killed member's partitions move in 6 s rather
+/// than the default 10 s (correctness does not depend on them; the suite's
+/// run time does).
 pub fn spec(scenario: &'static str) -> Spec {
     let mut spec = Spec::for_harness("faults", scenario);
     // Info from the services themselves, for post-mortems (HOOKLINE_KEEP_DIRS=1
@@ -96,6 +105,7 @@ pub fn spec(scenario: &'static str) -> Spec {
     spec.dispatcher_args = ["--retry-jitter", "200ms", "--request-timeout", "5s"]
         .into_iter()
         .chain(session)
+        .chain(BREAKER_TIMES)
         .map(str::to_owned)
         .collect();
     spec.fanout_args = session.map(str::to_owned).to_vec();
@@ -114,6 +124,10 @@ pub fn spec(scenario: &'static str) -> Spec {
 pub enum Want {
     Delivered,
     DeadLettered(&'static str),
+    /// Dead-lettered with any of these reasons: an always-failing endpoint's
+    /// deliveries end `subscription_disabled` once its breaker has been open
+    /// long enough, or `exhausted` if they used up the ladder while it was closed.
+    DeadLetteredAs(&'static [&'static str]),
 }
 
 /// What a failed run leaves for whoever reads CI's log: the last lines of
@@ -256,6 +270,13 @@ pub async fn check_outcomes(
                     !delivered.contains(&id)
                         && ledger.reasons.get(&id).map(String::as_str) == Some(*reason)
                 }
+                Want::DeadLetteredAs(reasons) => {
+                    !delivered.contains(&id)
+                        && ledger
+                            .reasons
+                            .get(&id)
+                            .is_some_and(|r| reasons.contains(&r.as_str()))
+                }
             };
             if !ok {
                 wrong.push(format!(
@@ -295,27 +316,37 @@ pub fn all_running(p: &mut Pipeline) -> anyhow::Result<()> {
 
 /// The workload of the crash and restart scenarios: four tenants, each with a
 /// healthy subscription, beside it an ordered one (max_in_flight 1), one whose
-/// endpoint fails its first 100 requests (so deliveries climb the ladder and
-/// then succeed), one that answers 404 (dead-lettered at once, `rejected_4xx`; a 410 would
-/// also disable its subscription, which has its own test)
-/// and one that always answers 503 (dead-lettered `exhausted` after
-/// `MAX_ATTEMPTS`).
+/// endpoint is down (503) for its first `FLAKY_OUTAGE` (its breaker opens,
+/// its deliveries climb the ladder or are parked, then succeed), one that
+/// answers 404 (dead-lettered at once, `rejected_4xx`; a 410 would also
+/// disable its subscription, which has its own test) and one that always
+/// answers 503 (its breaker opens and parks its deliveries until the
+/// subscription is disabled, [`BREAKER_TIMES`]: dead-lettered
+/// `subscription_disabled`, or `exhausted` after `MAX_ATTEMPTS` if a delivery
+/// used up the ladder while the breaker was closed — after each restart of
+/// the dispatcher, which starts it closed).
 #[derive(Debug)]
 pub struct Workload {
     pub tenants: Vec<&'static str>,
     pub subs_of: HashMap<String, Vec<(String, Want)>>,
 }
 
-/// `--max-attempts` of the workload: the flaky endpoint's 100 failures are
-/// used up long before any delivery fails this often.
+/// `--max-attempts` of the workload.
 pub const MAX_ATTEMPTS: &str = "6";
+
+/// How long the workload's flaky endpoint is down, from its first request: a
+/// clock, not a number of requests, since its open breaker sends few.
+pub const FLAKY_OUTAGE: Duration = Duration::from_secs(4);
+
+/// The ends of the workload's always-503 subscription.
+pub const DOWN_ENDS: &[&str] = &["subscription_disabled", "exhausted"];
 
 impl Workload {
     pub async fn install(p: &mut Pipeline) -> anyhow::Result<Self> {
         use hookline_testkit::receiver::Behaviour;
         p.receiver.set("/ok", Behaviour::status(204));
         p.receiver
-            .set("/flaky", Behaviour::status(200).fail_first(100, 503));
+            .set("/flaky", Behaviour::status(200).fail_for(FLAKY_OUTAGE, 503));
         p.receiver.set("/rejects", Behaviour::status(404));
         p.receiver.set("/down", Behaviour::status(503));
         let tenants = vec!["t0", "t1", "t2", "t3"];
@@ -333,7 +364,7 @@ impl Workload {
                 Want::DeadLettered("rejected_4xx"),
             ),
             ("t3-ok", "t3", "/ok", 8, Want::Delivered),
-            ("t3-down", "t3", "/down", 4, Want::DeadLettered("exhausted")),
+            ("t3-down", "t3", "/down", 4, Want::DeadLetteredAs(DOWN_ENDS)),
         ];
         let subs: Vec<_> = plan
             .iter()
