@@ -138,6 +138,12 @@ async fn run_one(
         "acl_missing" => scenarios::acl_missing::run(report, rng).await,
         "broker_restart" if private_broker => scenarios::broker_restart::run(report, rng).await,
         "broker_restart" => bail!("broker_restart stops its broker: it runs only on a private one"),
+        "breaker_open_crash" if private_broker => {
+            scenarios::breaker_open_crash::run(report, rng).await
+        }
+        "breaker_open_crash" => {
+            bail!("breaker_open_crash stops its broker: it runs only on a private one")
+        }
         other => bail!("unknown scenario {other}"),
     }
 }

@@ -76,8 +76,8 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
 }
 
 /// Runs deploy/dev/kafka.sh on the private broker (HOOKLINE_KAFKA_STATE is
-/// inherited from the parent that started it).
-async fn kafka_sh(args: &[&str]) -> anyhow::Result<()> {
+/// inherited from the parent that started it): `halt`, `halt --kill`, `resume`.
+pub async fn kafka_sh(args: &[&str]) -> anyhow::Result<()> {
     let script = hookline_testkit::kafka::repo_root().join("deploy/dev/kafka.sh");
     let status = tokio::process::Command::new("bash")
         .arg(&script)

@@ -4,6 +4,7 @@
 
 pub mod acl_missing;
 pub mod bad_input;
+pub mod breaker_open_crash;
 pub mod broker_restart;
 pub mod hostile_endpoints;
 pub mod kill_dispatcher_retrying;
@@ -30,6 +31,7 @@ pub const ALL: &[&str] = &[
     "broker_restart",
     "secured",
     "acl_missing",
+    "breaker_open_crash",
     "kill_dispatcher_steady",
 ];
 
@@ -37,7 +39,7 @@ pub const ALL: &[&str] = &[
 pub const OPT_IN: &[&str] = &["kill_dispatcher_steady"];
 
 /// Scenarios that stop the broker: they get a private one, never the shared one.
-pub const PRIVATE_BROKER: &[&str] = &["broker_restart"];
+pub const PRIVATE_BROKER: &[&str] = &["broker_restart", "breaker_open_crash"];
 
 /// What one scenario injected and counted, printed as it goes and at the end.
 #[derive(Debug)]
