@@ -173,6 +173,27 @@ pub async fn create_hookline_topics(prefix: &str) -> anyhow::Result<hookline_env
     Ok(topics)
 }
 
+/// `call` (a metadata or watermark request), asked again while the broker
+/// answers with an error, for up to 30 s: after a broker restart or a leader
+/// change the first answers are `NotLeaderForPartition` or a timeout, and a
+/// check that reads the topics must wait that out, not fail the run.
+fn transient<T>(
+    what: &str,
+    mut call: impl FnMut() -> rdkafka::error::KafkaResult<T>,
+) -> anyhow::Result<T> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match call() {
+            Ok(v) => return Ok(v),
+            Err(e) if std::time::Instant::now() < deadline => {
+                tracing::debug!(error = %e, "{what}: asking again");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("{what} for 30 s"))),
+        }
+    }
+}
+
 /// Reads every committed record of `topic` from the beginning up to the end of
 /// each partition as it is when the call starts, by assignment (no group).
 ///
@@ -198,7 +219,9 @@ pub async fn read_to_end(topic: &str) -> anyhow::Result<Vec<rdkafka::message::Ow
             .set("enable.partition.eof", "true")
             .read_committed(StartAt::Earliest, Offsets::Explicit)
             .create()?;
-        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        let metadata = transient("reading metadata", || {
+            consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))
+        })?;
         let partitions: Vec<i32> = metadata
             .topics()
             .first()
@@ -210,10 +233,14 @@ pub async fn read_to_end(topic: &str) -> anyhow::Result<Vec<rdkafka::message::Ow
             .set("isolation.level", "read_uncommitted")
             .create()?;
         for p in &partitions {
-            let (_, high) = uncommitted.fetch_watermarks(&topic, *p, Duration::from_secs(10))?;
+            let (_, high) = transient("reading watermarks", || {
+                uncommitted.fetch_watermarks(&topic, *p, Duration::from_secs(10))
+            })?;
             // On a `read_committed` client the "high" answered is the last stable offset.
             loop {
-                let (_, stable) = consumer.fetch_watermarks(&topic, *p, Duration::from_secs(10))?;
+                let (_, stable) = transient("reading the last stable offset", || {
+                    consumer.fetch_watermarks(&topic, *p, Duration::from_secs(10))
+                })?;
                 if stable >= high {
                     break;
                 }
@@ -260,7 +287,9 @@ pub async fn group_progress(group: &str, topic: &str) -> anyhow::Result<(i64, i6
         let (consumer, committed) = committed_on(&group, &topic)?;
         let mut high_sum = 0;
         for p in committed.keys() {
-            let (_, high) = consumer.fetch_watermarks(&topic, *p, Duration::from_secs(10))?;
+            let (_, high) = transient("reading watermarks", || {
+                consumer.fetch_watermarks(&topic, *p, Duration::from_secs(10))
+            })?;
             high_sum += high;
         }
         let committed_sum = committed.values().map(|o| o.unwrap_or(0)).sum();
@@ -303,7 +332,9 @@ fn committed_on(
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .create()?;
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let metadata = transient("reading metadata", || {
+        consumer.fetch_metadata(Some(topic), Duration::from_secs(10))
+    })?;
     let mut tpl = TopicPartitionList::new();
     for p in metadata
         .topics()
