@@ -11,10 +11,10 @@
 //! attempt) with parked records apart, no gap, at most one dead letter per
 //! delivery, no stage exiting on its own.
 //!
-//! A restarted dispatcher starts its breakers closed (their state is per
-//! replica, in memory), so what it sends the endpoint before the recovery is
-//! not asserted, only printed: the requests between the restart and the first
-//! success. Also printed: the attempts in flight at the kill, the duplicates
+//! The breaker is shared on `subscriptions.health` and survives the crash: the
+//! restarted dispatcher starts with it open and sends the endpoint at most
+//! one request (its probe, at the probe time) before the first success,
+//! asserted. Also printed: the attempts in flight at the kill, the duplicates
 //! at the receiver, and the recovery time (endpoint back → first success →
 //! every parked delivery arrived).
 
@@ -233,6 +233,11 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
     ensure!(
         chains.parked > 0,
         "the open breaker parked nothing on the tiers: the crash did not find parked deliveries"
+    );
+    ensure!(
+        before_success <= 1,
+        "the restarted dispatcher sent {before_success} requests to {SICK} before the first success: \
+         it forgot the open breaker (one probe per open period is all it may send)"
     );
     all_running(&mut p)?;
     p.stop().await?;
