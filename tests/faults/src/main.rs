@@ -14,6 +14,7 @@
 //! failing run can be repeated).
 
 mod chains;
+mod cluster;
 mod dispatcher;
 mod ledger;
 mod load;
@@ -66,7 +67,23 @@ async fn main() -> anyhow::Result<()> {
         names.join(", ")
     );
     let mut failed = Vec::new();
-    for name in &names {
+    let mut i = 0;
+    while i < names.len() {
+        // Consecutive cluster scenarios share one cluster.
+        let batch = names[i..]
+            .iter()
+            .take_while(|n| scenarios::CLUSTER.contains(&n.as_str()))
+            .count();
+        if batch > 0 {
+            let names = &names[i..i + batch];
+            if !cluster::run_with_cluster(names, seed).await? {
+                failed.push(names.join(" or "));
+            }
+            i += batch;
+            continue;
+        }
+        let name = &names[i];
+        i += 1;
         let ok = if scenarios::PRIVATE_BROKER.contains(&name.as_str()) {
             run_with_private_broker(name, seed).await?
         } else {
@@ -75,7 +92,7 @@ async fn main() -> anyhow::Result<()> {
                 .is_ok()
         };
         if !ok {
-            failed.push(name.as_str());
+            failed.push(name.clone());
         }
     }
     if !failed.is_empty() {
@@ -144,6 +161,7 @@ async fn run_one(
         "breaker_open_crash" => {
             bail!("breaker_open_crash stops its broker: it runs only on a private one")
         }
+        "cluster_leader_kill" => scenarios::cluster_leader_kill::run(report, rng).await,
         other => bail!("unknown scenario {other}"),
     }
 }

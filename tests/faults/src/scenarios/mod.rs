@@ -6,10 +6,12 @@ pub mod acl_missing;
 pub mod bad_input;
 pub mod breaker_open_crash;
 pub mod broker_restart;
+pub mod cluster_leader_kill;
 pub mod hostile_endpoints;
 pub mod kill_dispatcher_retrying;
 pub mod kill_dispatcher_steady;
 pub mod kill_stages;
+pub mod on_cluster;
 pub mod rolling_restart;
 pub mod secured;
 
@@ -29,6 +31,7 @@ pub const ALL: &[&str] = &[
     "hostile_endpoints",
     "bad_input",
     "broker_restart",
+    "cluster_leader_kill",
     "secured",
     "acl_missing",
     "breaker_open_crash",
@@ -40,6 +43,11 @@ pub const OPT_IN: &[&str] = &["kill_dispatcher_steady"];
 
 /// Scenarios that stop the broker: they get a private one, never the shared one.
 pub const PRIVATE_BROKER: &[&str] = &["broker_restart", "breaker_open_crash"];
+
+/// Scenarios that kill brokers of a three-broker cluster: consecutive ones
+/// share one cluster that `hookline-faults` starts for them
+/// ([`crate::cluster`]), never the shared broker.
+pub const CLUSTER: &[&str] = &["cluster_leader_kill"];
 
 /// What one scenario injected and counted, printed as it goes and at the end.
 #[derive(Debug)]
