@@ -162,6 +162,7 @@ async fn run_one(
             bail!("breaker_open_crash stops its broker: it runs only on a private one")
         }
         "cluster_leader_kill" => scenarios::cluster_leader_kill::run(report, rng).await,
+        "cluster_coordinator_kill" => scenarios::cluster_coordinator_kill::run(report, rng).await,
         other => bail!("unknown scenario {other}"),
     }
 }

@@ -6,6 +6,7 @@ pub mod acl_missing;
 pub mod bad_input;
 pub mod breaker_open_crash;
 pub mod broker_restart;
+pub mod cluster_coordinator_kill;
 pub mod cluster_leader_kill;
 pub mod hostile_endpoints;
 pub mod kill_dispatcher_retrying;
@@ -32,6 +33,7 @@ pub const ALL: &[&str] = &[
     "bad_input",
     "broker_restart",
     "cluster_leader_kill",
+    "cluster_coordinator_kill",
     "secured",
     "acl_missing",
     "breaker_open_crash",
@@ -47,7 +49,7 @@ pub const PRIVATE_BROKER: &[&str] = &["broker_restart", "breaker_open_crash"];
 /// Scenarios that kill brokers of a three-broker cluster: consecutive ones
 /// share one cluster that `hookline-faults` starts for them
 /// ([`crate::cluster`]), never the shared broker.
-pub const CLUSTER: &[&str] = &["cluster_leader_kill"];
+pub const CLUSTER: &[&str] = &["cluster_leader_kill", "cluster_coordinator_kill"];
 
 /// What one scenario injected and counted, printed as it goes and at the end.
 #[derive(Debug)]
