@@ -9,9 +9,10 @@
 //!
 //! `make faults` (also run by `make test`) or `make faults SCENARIOS=kill_stages`.
 //! Scenarios that stop the broker get a private one (`deploy/dev/kafka.sh`
-//! with its own state directory); the rest use the shared test broker
-//! (`HOOKLINE_TEST_BROKERS`). Random choices come from `--seed` (printed, so a
-//! failing run can be repeated).
+//! with its own state directory), those that kill brokers a three-broker
+//! cluster of their own (`kafka.sh cluster`, [`cluster`]); the rest use the
+//! shared test broker (`HOOKLINE_TEST_BROKERS`). Random choices come from
+//! `--seed` (printed, so a failing run can be repeated).
 
 mod chains;
 mod cluster;

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use hookline_testkit::pipeline::Pipeline;
 use rand::{rngs::StdRng, Rng};
 
@@ -40,16 +40,26 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
     // JVMs, seconds to start on a busy machine); the kill comes after both.
     let warm_up = tokio::time::sleep(Duration::from_millis(rng.random_range(15_000..17_000)));
     let (targets, ()) = tokio::join!(targets(&p), warm_up);
-    let (busiest, total, leader, led_events) = targets?;
+    let Targets {
+        busiest,
+        total,
+        leader,
+        led_events,
+        group_coordinator,
+    } = targets?;
     let mut faults = vec![Fault::now(&p, format!("kill -9 broker {leader}")).await];
     cluster::kafka_sh(&["kill", &leader.to_string()]).await?;
     r.inject(format!(
-        "t={:.1}s kill -9 broker {leader}: leader of deliveries[{}] (the busiest, {} of {} records) and of events[{}] ({} events sent)",
+        "t={:.1}s kill -9 broker {leader}: leader of deliveries[{}] (the busiest, {} of {total} records) and of events[{}]; \
+         the dispatcher's group coordinator is broker {group_coordinator} ({} events sent)",
         (faults[0].at - load_start).as_secs_f64(),
         busiest.partition,
         busiest.high,
-        total,
-        if led_events.is_empty() { "none".to_owned() } else { led_events.join(", ") },
+        if led_events.is_empty() {
+            "none".to_owned()
+        } else {
+            led_events.join(", ")
+        },
         load.sent()
     ));
     let down = Duration::from_millis(rng.random_range(14_000..17_000));
@@ -88,31 +98,61 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The busiest `deliveries` partition (most records so far), the records of
-/// all, its leader (`kafka.sh cluster leader`), and the `events` partitions
-/// that broker leads.
-async fn targets(p: &Pipeline) -> anyhow::Result<(Part, i64, u32, Vec<String>)> {
-    tokio::time::sleep(Duration::from_secs(8)).await;
-    let deliveries = partitions(p.topics.deliveries(), true).await?;
+/// Where the kill lands, looked up under load.
+#[derive(Debug)]
+struct Targets {
+    /// The busiest `deliveries` partition (most records so far).
+    busiest: Part,
+    /// Records on all `deliveries` partitions.
+    total: i64,
+    /// Its leader (`kafka.sh cluster leader`).
+    leader: u32,
+    /// The `events` partitions that broker leads.
+    led_events: Vec<String>,
+    /// The coordinator of the dispatcher's group (`kafka.sh cluster
+    /// coordinator group`): when it is the leader too, the kill also costs
+    /// the dispatcher its group session.
+    group_coordinator: u32,
+}
+
+async fn targets(p: &Pipeline) -> anyhow::Result<Targets> {
+    // Tenants key the deliveries: a few hundred records show the busiest.
+    let started = Instant::now();
+    let deliveries = loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = partitions(p.topics.deliveries(), true).await?;
+        if now.iter().map(|d| d.high).sum::<i64>() >= 300 {
+            break now;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            bail!("fanout wrote under 300 deliveries in 30 s: {now:?}");
+        }
+    };
     let busiest = deliveries
         .iter()
         .max_by_key(|d| d.high)
         .context("deliveries has no partition")?
         .clone();
-    let leader = cluster::node(&[
-        "leader",
-        p.topics.deliveries(),
-        &busiest.partition.to_string(),
-    ])
-    .await?;
+    let partition = busiest.partition.to_string();
+    let ask_leader = ["leader", p.topics.deliveries(), partition.as_str()];
+    let group = format!("{}dispatcher", p.topics.prefix());
+    let ask_group = ["coordinator", "group", group.as_str()];
+    let (leader, group_coordinator) =
+        tokio::join!(cluster::node(&ask_leader), cluster::node(&ask_group));
+    let (leader, group_coordinator) = (leader?, group_coordinator?);
     let led_events = partitions(p.topics.events(), false)
         .await?
         .iter()
         .filter(|e| e.leader == leader as i32)
         .map(|e| e.partition.to_string())
         .collect();
-    let total = deliveries.iter().map(|d| d.high).sum();
-    Ok((busiest, total, leader, led_events))
+    Ok(Targets {
+        busiest,
+        total: deliveries.iter().map(|d| d.high).sum(),
+        leader,
+        led_events,
+        group_coordinator,
+    })
 }
 
 /// Polls the metadata until `partition` of `deliveries` has a leader other
