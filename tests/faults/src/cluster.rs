@@ -110,6 +110,8 @@ pub async fn run_with_cluster(names: &[String], seed: u64) -> anyhow::Result<boo
     }
     let stopping = Instant::now();
     kafka_sh_in(Some(&state), &["down"]).await?;
+    // `down` removes the state directory but leaves kafka.sh's lock file.
+    let _ = std::fs::remove_file(state.with_extension("lock"));
     eprintln!(
         "hookline-faults: cluster down in {:.1} s",
         stopping.elapsed().as_secs_f64()
