@@ -78,7 +78,13 @@ const ROUTE_RECORDS: &str = "1000";
 const KILL_AT: (usize, usize) = (1, 10);
 /// The small tenant keeps producing this long after the whale is done.
 const AFTER: Duration = Duration::from_secs(1);
-/// Fewer measured small events than this would not say much.
+/// Fewer measured small events than this would not say much about the
+/// largest import. The smaller one's fan-out can be too short to hold this
+/// many: on an idle machine what is left of 2,000 events after the restart
+/// fans out in under 0.2 s, ten of the small tenant's events at most. (A
+/// denser trickle is no cure: the events it queues while fanout is down are
+/// the small tenant's own backlog, and the events right after the restart
+/// wait for that, not for the import.)
 const MIN_MEASURED: usize = 10;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,6 +93,13 @@ async fn small_tenant_waits_only_for_the_read_past_a_whale_across_a_kill_9() {
     for import in [2_000, 20_000] {
         runs.push(whale_ahead_of_a_small_tenant(import).await);
     }
+    let largest = runs.last().unwrap();
+    assert!(
+        largest.n >= MIN_MEASURED,
+        "only {} of the small tenant's events were produced while the import of {} was fanned out",
+        largest.n,
+        largest.import
+    );
     for w in &runs {
         assert!(
             w.max <= SMALL_MAX_WAIT,
@@ -298,11 +311,6 @@ async fn whale_ahead_of_a_small_tenant(import: usize) -> Waits {
     assert!(
         on_lanes > 0,
         "none of the whale's deliveries went to its lane: it was never promoted"
-    );
-    assert!(
-        w.n >= MIN_MEASURED,
-        "only {} of the small tenant's events were produced while the import was fanned out",
-        w.n
     );
     w
 }
