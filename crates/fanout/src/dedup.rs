@@ -29,9 +29,17 @@ use rdkafka::{
 
 use crate::{metrics as fm, transform};
 
-/// Marks hookline's committed-offset metadata; the stream time follows it.
 /// Longest a rebuild waits for its next record before it fails (and is retried).
 const REBUILD_STALL: Duration = Duration::from_secs(30);
+/// Longest the lookup of the window's first offset waits before the rebuild
+/// fails and is retried (the loop's `REBUILD_RETRY`, from 1 s) by a new
+/// reader. The lookup is one request to the partition's leader, answered in
+/// milliseconds; but a reader whose metadata still names a broker that died
+/// sends it there, and librdkafka then waits out the whole timeout ("Meta
+/// data fetch error: OperationTimedOut") where a new reader, with the
+/// cluster's current metadata, answers at once. With `REBUILD_STALL` here a
+/// partition's first record after a broker's death waited 30 s.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 const POLL: Duration = Duration::from_millis(200);
 
 /// The windows of the partitions this replica owns.
@@ -178,7 +186,7 @@ fn read_back(consumer: &BaseConsumer, spec: &RebuildSpec) -> Result<Rebuilt, Run
         .add_partition_offset(&spec.topic, spec.partition, Offset::Offset(from))
         .map_err(|e| err("building the offsets_for_times query", e))?;
     let found = consumer
-        .offsets_for_times(query, REBUILD_STALL)
+        .offsets_for_times(query, LOOKUP_TIMEOUT)
         .map_err(|e| err("looking up the admission window's first offset", e))?;
     let start = match found
         .find_partition(&spec.topic, spec.partition)
