@@ -129,11 +129,6 @@ async fn main() {
         &tiers_flag,
         "--retry-jitter",
         &jitter_flag,
-        // Lateness of retries, not parking: the breaker would park the failing endpoint.
-        "--breaker-failures",
-        "0",
-        "--breaker-failure-ratio",
-        "0",
         "--log",
         "warn",
     ];
