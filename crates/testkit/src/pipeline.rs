@@ -359,15 +359,22 @@ impl Pipeline {
     /// Starts fanout with a transactional id of its own (kept across restarts,
     /// so a restarted fanout fences its predecessor).
     pub async fn start_fanout(&mut self) -> anyhow::Result<()> {
-        let mut fanout = self.common_args("fanout", &self.groups.fanout);
+        self.start_fanout_as("fanout").await
+    }
+
+    /// Starts one fanout named `name` (`fanout`, or e.g. `fanout-b` for a
+    /// replacement in the same group): every one has the same transactional
+    /// id, so the one started last fences the others.
+    pub async fn start_fanout_as(&mut self, name: &'static str) -> anyhow::Result<()> {
+        let mut fanout = self.common_args(name, &self.groups.fanout);
         fanout.extend([
             "--transactional-id".to_owned(),
             format!("{}fanout-txn", self.topics.prefix()),
         ]);
         fanout.extend(self.spec.fanout_args.iter().cloned());
-        let log = self.dir.path().join("fanout.log");
+        let log = self.dir.path().join(format!("{name}.log"));
         self.stages
-            .push(Stage::start("fanout", "hookline-fanout", &fanout, &log).await?);
+            .push(Stage::start(name, "hookline-fanout", &fanout, &log).await?);
         Ok(())
     }
 

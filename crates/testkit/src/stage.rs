@@ -2,8 +2,8 @@
 //! `hookline-dispatcher`, `hookline-dlq-sink`): started with its log in a file,
 //! its ops address read from that log, measured from `/proc` (CPU seconds, peak
 //! RSS). The bench stops stages with SIGTERM; the fault suite also kills them
-//! with SIGKILL, times their SIGTERM drain and restarts them with the same
-//! arguments. A stage that is dropped without `stop` is killed, so no process
+//! with SIGKILL, freezes them with SIGSTOP, times their SIGTERM drain and
+//! restarts them with the same arguments. A stage that is dropped without `stop` is killed, so no process
 //! outlives the harness.
 
 use std::{
@@ -177,6 +177,22 @@ impl Stage {
         }
         self.child.wait().await?;
         Ok(())
+    }
+
+    /// SIGSTOP: the process freezes as it is (a zombie in the making: its
+    /// sessions and transactions time out while it holds its state).
+    pub fn pause(&self) -> anyhow::Result<()> {
+        signal(self.pid, "STOP")
+    }
+
+    /// SIGCONT after [`pause`](Self::pause): it carries on from where it froze.
+    pub fn resume(&self) -> anyhow::Result<()> {
+        signal(self.pid, "CONT")
+    }
+
+    /// The whole log of the stage (every incarnation).
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// SIGTERM, then waits up to `limit` for the exit (SIGKILL after that,

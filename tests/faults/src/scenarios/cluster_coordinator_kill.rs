@@ -9,14 +9,13 @@
 
 use std::time::{Duration, Instant};
 
-use hookline_testkit::pipeline::Pipeline;
 use rand::{rngs::StdRng, Rng};
 
 use super::{
-    on_cluster::{self, cluster_spec, Fault, Work, TENANTS},
+    on_cluster::{self, Fault},
     Report,
 };
-use crate::{cluster, load};
+use crate::cluster;
 
 const NAME: &str = "cluster_coordinator_kill";
 const RATE: f64 = 100.0;
@@ -25,18 +24,12 @@ const RATE: f64 = 100.0;
 const EVENTS: u64 = 12_000;
 
 pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
-    cluster::ensure_harness_cluster(NAME)?;
-    // Every broker up (a previous scenario restarted some).
-    cluster::kafka_sh(&["up"]).await?;
-    let mut p = Pipeline::create(cluster_spec(NAME)).await?;
-    let work = Work::install(&mut p, EVENTS).await?;
-    p.start().await?;
-    let load = load::start(&mut p, &TENANTS, EVENTS, RATE)?;
-    let load_start = Instant::now();
-    r.inject(format!(
-        "load: {EVENTS} events at {RATE}/s over 4 tenants, {} expected deliveries; topics with 3 replicas, min ISR 2",
-        p.expected()
-    ));
+    let on_cluster::Running {
+        mut p,
+        work,
+        load,
+        load_start,
+    } = on_cluster::start(NAME, r, EVENTS, RATE).await?;
     // The ids `Pipeline` starts the stages with: fanout's transactional id
     // and the dispatcher's group.
     let txn_id = format!("{}fanout-txn", p.topics.prefix());

@@ -14,28 +14,22 @@ use hookline_testkit::pipeline::Pipeline;
 use rand::{rngs::StdRng, Rng};
 
 use super::{
-    on_cluster::{self, cluster_spec, partitions, Fault, Part, Work, TENANTS},
+    on_cluster::{self, partitions, Fault, Part},
     Report,
 };
-use crate::{cluster, load};
+use crate::cluster;
 
 const NAME: &str = "cluster_leader_kill";
 const RATE: f64 = 100.0;
 const EVENTS: u64 = 5500;
 
 pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
-    cluster::ensure_harness_cluster(NAME)?;
-    // Every broker up (a previous scenario restarted some).
-    cluster::kafka_sh(&["up"]).await?;
-    let mut p = Pipeline::create(cluster_spec(NAME)).await?;
-    let work = Work::install(&mut p, EVENTS).await?;
-    p.start().await?;
-    let load = load::start(&mut p, &TENANTS, EVENTS, RATE)?;
-    let load_start = Instant::now();
-    r.inject(format!(
-        "load: {EVENTS} events at {RATE}/s over 4 tenants, {} expected deliveries; topics with 3 replicas, min ISR 2",
-        p.expected()
-    ));
+    let on_cluster::Running {
+        mut p,
+        work,
+        load,
+        load_start,
+    } = on_cluster::start(NAME, r, EVENTS, RATE).await?;
     // The targets are looked up during the warm-up (kafka.sh's tools are
     // JVMs, seconds to start on a busy machine); the kill comes after both.
     let warm_up = tokio::time::sleep(Duration::from_millis(rng.random_range(15_000..17_000)));
@@ -63,7 +57,7 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
         load.sent()
     ));
     let down = Duration::from_millis(rng.random_range(14_000..17_000));
-    let moved = wait_led_elsewhere(&p, busiest.partition, leader as i32, down).await;
+    let moved = on_cluster::wait_led_elsewhere(&p, busiest.partition, leader as i32, down).await;
     tokio::time::sleep(down.saturating_sub(faults[0].at.elapsed())).await;
     r.inject(match moved {
         Some((by, after)) => format!(
@@ -153,26 +147,4 @@ async fn targets(p: &Pipeline) -> anyhow::Result<Targets> {
         led_events,
         group_coordinator,
     })
-}
-
-/// Polls the metadata until `partition` of `deliveries` has a leader other
-/// than `dead`: which broker, and how long after the kill (None within `limit`).
-async fn wait_led_elsewhere(
-    p: &Pipeline,
-    partition: i32,
-    dead: i32,
-    limit: Duration,
-) -> Option<(i32, Duration)> {
-    let started = Instant::now();
-    while started.elapsed() < limit {
-        if let Ok(parts) = partitions(p.topics.deliveries(), false).await {
-            if let Some(now) = parts.iter().find(|x| x.partition == partition) {
-                if now.leader >= 0 && now.leader != dead {
-                    return Some((now.leader, started.elapsed()));
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    None
 }

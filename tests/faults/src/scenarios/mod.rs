@@ -8,6 +8,7 @@ pub mod breaker_open_crash;
 pub mod broker_restart;
 pub mod cluster_coordinator_kill;
 pub mod cluster_leader_kill;
+pub mod cluster_zombie;
 pub mod hostile_endpoints;
 pub mod kill_dispatcher_retrying;
 pub mod kill_dispatcher_steady;
@@ -34,6 +35,7 @@ pub const ALL: &[&str] = &[
     "broker_restart",
     "cluster_leader_kill",
     "cluster_coordinator_kill",
+    "cluster_zombie",
     "secured",
     "acl_missing",
     "breaker_open_crash",
@@ -49,7 +51,11 @@ pub const PRIVATE_BROKER: &[&str] = &["broker_restart", "breaker_open_crash"];
 /// Scenarios that kill brokers of a three-broker cluster: consecutive ones
 /// share one cluster that `hookline-faults` starts for them
 /// ([`crate::cluster`]), never the shared broker.
-pub const CLUSTER: &[&str] = &["cluster_leader_kill", "cluster_coordinator_kill"];
+pub const CLUSTER: &[&str] = &[
+    "cluster_leader_kill",
+    "cluster_coordinator_kill",
+    "cluster_zombie",
+];
 
 /// What one scenario injected and counted, printed as it goes and at the end.
 #[derive(Debug)]

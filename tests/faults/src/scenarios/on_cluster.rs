@@ -21,7 +21,7 @@ use hookline_testkit::{
 use rdkafka::Message;
 
 use super::{all_running, check_outcomes, post_mortem, spec, Report, Want, STALL};
-use crate::{chains::Chains, ledger};
+use crate::{chains::Chains, cluster, ledger, load};
 
 /// Tenants of the workload; events go to them round robin.
 pub const TENANTS: [&str; 4] = ["t0", "t1", "t2", "t3"];
@@ -37,9 +37,12 @@ const FLAKY_FAILURES: u32 = 2;
 const BASELINE: Duration = Duration::from_secs(8);
 
 /// The fault pipelines' settings (`spec`: the breaker on, with the suite's
-/// shortened times) and `--max-attempts`.
+/// shortened times) and `--max-attempts`; the stages also log their
+/// producers re-created and their partitions assigned and revoked
+/// (`hookline_runtime::kafka`), for what a zombie does when it wakes.
 pub fn cluster_spec(scenario: &'static str) -> Spec {
     let mut spec = spec(scenario);
+    spec.log_filter.push_str(",hookline_runtime::kafka=info");
     spec.dispatcher_args
         .extend(["--max-attempts".to_owned(), MAX_ATTEMPTS.to_string()]);
     spec
@@ -122,6 +125,44 @@ impl Work {
     }
 }
 
+/// A cluster scenario under way: the workload installed, the stages
+/// started, the load running since `load_start`.
+pub struct Running {
+    pub p: Pipeline,
+    pub work: Work,
+    pub load: load::Load,
+    pub load_start: Instant,
+}
+
+/// What every cluster scenario begins with: checks that it runs on the
+/// harness's cluster, brings every broker up (a previous scenario stopped
+/// or restarted some), starts the pipeline with the workload and the load
+/// of `events` at `rate` per second, and says so in the report.
+pub async fn start(
+    name: &'static str,
+    r: &mut Report,
+    events: u64,
+    rate: f64,
+) -> anyhow::Result<Running> {
+    cluster::ensure_harness_cluster(name)?;
+    cluster::kafka_sh(&["up"]).await?;
+    let mut p = Pipeline::create(cluster_spec(name)).await?;
+    let work = Work::install(&mut p, events).await?;
+    p.start().await?;
+    let load = load::start(&mut p, &TENANTS, events, rate)?;
+    let load_start = Instant::now();
+    r.inject(format!(
+        "load: {events} events at {rate}/s over 4 tenants, {} expected deliveries; topics with 3 replicas, min ISR 2",
+        p.expected()
+    ));
+    Ok(Running {
+        p,
+        work,
+        load,
+        load_start,
+    })
+}
+
 /// One partition as the cluster's metadata shows it.
 #[derive(Debug, Clone)]
 pub struct Part {
@@ -197,28 +238,52 @@ pub async fn wait_in_sync(p: &Pipeline, limit: Duration) -> anyhow::Result<Durat
     }
 }
 
-/// A broker killed, as the figures need it.
+/// Polls the metadata until `partition` of `deliveries` has a leader other
+/// than `dead` (killed or stopped): which broker, and how long after the kill (None within `limit`).
+pub async fn wait_led_elsewhere(
+    p: &Pipeline,
+    partition: i32,
+    dead: i32,
+    limit: Duration,
+) -> Option<(i32, Duration)> {
+    let started = Instant::now();
+    while started.elapsed() < limit {
+        if let Ok(parts) = partitions(p.topics.deliveries(), false).await {
+            if let Some(now) = parts.iter().find(|x| x.partition == partition) {
+                if now.leader >= 0 && now.leader != dead {
+                    return Some((now.leader, started.elapsed()));
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
+}
+
+/// A fault (a broker killed or stopped, a stage stopped), as the figures
+/// need it.
 #[derive(Debug)]
 pub struct Fault {
     pub what: String,
     pub at: Instant,
-    /// The dispatcher's `hookline_dispatcher_in_flight` just before.
+    /// The dispatchers' `hookline_dispatcher_in_flight` just before, summed.
     pub in_flight: f64,
-    /// When the broker was started again.
+    /// When it ended: the broker started again or continued, the stopped
+    /// stage continued.
     pub restarted: Option<Instant>,
 }
 
 impl Fault {
     /// Reads what is in flight, then marks the moment: call it right before
-    /// injecting `what`.
+    /// injecting `what` (while every dispatcher answers).
     pub async fn now(p: &Pipeline, what: impl Into<String>) -> Self {
-        let in_flight = match p.stage("dispatcher") {
-            Ok(stage) => gauge(
+        let mut in_flight = 0.0;
+        for stage in p.stages().iter().filter(|s| s.name.starts_with("dispatcher")) {
+            in_flight += gauge(
                 stage.metrics().await.unwrap_or_default(),
                 "hookline_dispatcher_in_flight",
-            ),
-            Err(_) => 0.0,
-        };
+            );
+        }
         Self {
             what: what.into(),
             at: Instant::now(),
@@ -247,8 +312,8 @@ fn gauge(text: String, name: &str) -> f64 {
 /// the load sent its event (`load_start` + seq / `rate`). Over the
 /// `BASELINE` before the first fault the waits have a p99 `W`; a delivery is
 /// late when it waited longer than `max(2 W, W + 1 s)`. A fault's recovery
-/// time runs from the kill to the last late healthy delivery that arrived
-/// before the next kill (the broker's restart included): after it every
+/// time runs from the fault to the last late healthy delivery that arrived
+/// before the next fault (the end of the fault included): after it every
 /// delivery is as fresh as before the fault, so the backlog is drained and
 /// deliveries flow at the input's rate again.
 pub fn measure(p: &Pipeline, r: &mut Report, faults: &[Fault], load_start: Instant, rate: f64) {
@@ -320,7 +385,7 @@ pub fn measure(p: &Pipeline, r: &mut Report, faults: &[Fault], load_start: Insta
             .count();
         r.count(format!(
             "{}: in flight at it {} (dispatcher gauge), {answering} (receiver, being answered); \
-             {} duplicates after it; recovery {recovery} (broker started again at +{}); \
+             {} duplicates after it; recovery {recovery} (the fault ended at +{}); \
              {} late deliveries, longest gap between healthy deliveries {:.1} s",
             f.what,
             f.in_flight,
