@@ -40,9 +40,6 @@ const FANOUT_TXN_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long past a timeout a process stays frozen: the broker's sweep of
 /// timed-out transactions runs every second in the cluster's settings.
 const PAST: Duration = Duration::from_secs(3);
-/// What a zombie's refusals say (lowercased): its producer fenced (a bumped
-/// epoch), its group generation or member id stale.
-const REFUSED: &[&str] = &["fenced", "epoch", "generation", "unknown_member", "partitions lost"];
 /// How long a woken stage has to show what it makes of being fenced.
 const AWAKE: Duration = Duration::from_secs(30);
 
@@ -89,7 +86,10 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
         (woken - fault.at).as_secs_f64(),
         busiest.partition,
         match moved {
-            Some((by, after)) => format!("led by broker {by} {:.1} s after the stop", after.as_secs_f64()),
+            Some((by, after)) => format!(
+                "led by broker {by} {:.1} s after the stop",
+                after.as_secs_f64()
+            ),
             None => "never led elsewhere meanwhile".to_owned(),
         },
         in_sync.as_secs_f64(),
@@ -97,7 +97,9 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
     ));
     faults.push(fault);
 
-    // The process zombies.
+    // The process zombies; (stage, its log's length at the wake, its
+    // replacement, the replacement's).
+    let mut woke = Vec::new();
     for (stage, replacement, txn_timeout) in [
         ("dispatcher", "dispatcher-b", DISPATCHER_TXN_TIMEOUT),
         ("fanout", "fanout-b", FANOUT_TXN_TIMEOUT),
@@ -128,6 +130,9 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
         ));
         let frozen = txn_timeout + PAST + Duration::from_millis(rng.random_range(0..2_000));
         tokio::time::sleep(frozen.saturating_sub(fault.at.elapsed())).await;
+        let replaced_at = p.stage(replacement)?.log_text().len();
+        let awake_at = p.stage(stage)?.log_text().len();
+        woke.push((stage, awake_at, replacement, replaced_at));
         let woken = Instant::now();
         p.stage(stage)?.resume()?;
         fault.restarted = Some(woken);
@@ -137,61 +142,99 @@ pub async fn run(r: &mut Report, rng: &mut StdRng) -> anyhow::Result<()> {
             (woken - fault.at).as_secs_f64(),
             txn_timeout.as_secs()
         ));
-        let seen = zombie(&mut p, stage, logged).await?;
+        let seen = zombie(&mut p, stage, logged, replacement, replaced_at).await?;
         r.count(format!("{stage} woken: {seen}"));
         faults.push(fault);
     }
     load.finish().await?;
     on_cluster::finish(&mut p, r, &work, EVENTS).await?;
     on_cluster::measure(&p, r, &faults, load_start, RATE);
+    for (stage, awake_at, replacement, replaced_at) in woke {
+        let since = |name: &str, at: usize| -> anyhow::Result<(usize, usize)> {
+            let log = p.stage(name)?.log_text();
+            let after = log.get(at..).unwrap_or_default();
+            Ok((
+                after.lines().filter(|l| is_fenced_transaction(l)).count(),
+                after.matches("transactional producer ready").count(),
+            ))
+        };
+        let (zombie, theirs) = (since(stage, awake_at)?, since(replacement, replaced_at)?);
+        r.count(format!(
+            "from {stage}'s wake to the end: transactions fenced {} ({stage}) and {} ({replacement}), \
+             producers re-created {} and {}",
+            zombie.0, theirs.0, zombie.1, theirs.1
+        ));
+    }
     p.stop().await?;
     Ok(())
 }
 
-/// What a woken stage made of being fenced, from its log after `logged`
-/// bytes (what it had written before it froze): it must have been refused
-/// (a fenced producer or a stale generation) and be running again as a
-/// member of its group (partitions assigned after it woke).
-async fn zombie(p: &mut Pipeline, stage: &str, logged: usize) -> anyhow::Result<String> {
+/// What a woken stage made of being given up on, from its log after
+/// `logged` bytes (what it had written before it froze), waited for up to
+/// [`AWAKE`]: it must have been refused — its partitions lost with its group
+/// session, or its late transaction fenced — and be running again as a
+/// member of its group (partitions assigned after it woke). Also counts what
+/// the replacement's log shows from the wake on (`replaced_at`, bytes): its
+/// own transactions fenced in turn when the zombie re-created a producer
+/// under their shared transactional id.
+async fn zombie(
+    p: &mut Pipeline,
+    stage: &str,
+    logged: usize,
+    replacement: &str,
+    replaced_at: usize,
+) -> anyhow::Result<String> {
     let started = Instant::now();
     loop {
         let s = p.stage_mut(stage)?;
         let log = s.log_text();
         let after: Vec<&str> = log.get(logged..).unwrap_or_default().lines().collect();
+        let count = |what: &str| after.iter().filter(|l| l.contains(what)).count();
+        let lost = count("Consumer group session timed out");
         let fenced: Vec<&str> = after
             .iter()
             .copied()
-            .filter(|l| {
-                let l = l.to_lowercase();
-                REFUSED.iter().any(|r| l.contains(r))
-            })
+            .filter(|l| is_fenced_transaction(l))
             .collect();
-        let assigned = after
-            .iter()
-            .filter(|l| l.contains("partitions assigned"))
-            .count();
+        let recreated = count("transactional producer ready");
+        let assigned = count("partitions assigned");
         if !s.is_running() {
-            bail!(
-                "{stage} exited after it woke\n{}",
-                s.log_tail_lines(30)
-            );
+            bail!("{stage} exited after it woke\n{}", s.log_tail_lines(30));
         }
-        if !fenced.is_empty() && assigned > 0 {
+        if lost + fenced.len() > 0 && assigned > 0 {
+            let theirs = p.stage(replacement)?.log_text();
+            let hit = theirs
+                .get(replaced_at..)
+                .unwrap_or_default()
+                .lines()
+                .filter(|l| is_fenced_transaction(l))
+                .count();
             return Ok(format!(
-                "refused {} times ({}), then partitions assigned {assigned} times: a member again, running",
+                "group session lost {lost} times (a consumer each), late transaction fenced {} times{}, \
+                 producer re-created {recreated} times, then partitions assigned {assigned} times: \
+                 a member again, running; {replacement}'s transactions fenced {hit} times since the wake",
                 fenced.len(),
-                summary(fenced[0])
+                fenced
+                    .first()
+                    .map_or(String::new(), |l| format!(" ({})", summary(l)))
             ));
         }
         if started.elapsed() > AWAKE {
             bail!(
-                "{stage} woken {AWAKE:?} ago: {} refusals, {assigned} assignments since it froze\n{}",
+                "{stage} woken {AWAKE:?} ago: group session lost {lost} times, fenced {} times, \
+                 {assigned} assignments since it froze\n{}",
                 fenced.len(),
                 s.log_tail_lines(40)
             );
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// A stage's log line of a transaction that failed because its producer was
+/// fenced (a newer epoch under its transactional id).
+fn is_fenced_transaction(line: &str) -> bool {
+    line.contains("\"transaction failed;") && line.contains("fenced by a newer instance")
 }
 
 /// A JSON log line's message and error, short.

@@ -278,7 +278,11 @@ impl Fault {
     /// injecting `what` (while every dispatcher answers).
     pub async fn now(p: &Pipeline, what: impl Into<String>) -> Self {
         let mut in_flight = 0.0;
-        for stage in p.stages().iter().filter(|s| s.name.starts_with("dispatcher")) {
+        for stage in p
+            .stages()
+            .iter()
+            .filter(|s| s.name.starts_with("dispatcher"))
+        {
             in_flight += gauge(
                 stage.metrics().await.unwrap_or_default(),
                 "hookline_dispatcher_in_flight",
