@@ -231,10 +231,11 @@ async fn zombie(
     }
 }
 
-/// A stage's log line of a transaction that failed because its producer was
-/// fenced (a newer epoch under its transactional id).
+/// A stage's own log line of a transaction, or of its abort, that failed
+/// because its producer was fenced (a newer epoch under its transactional id).
 fn is_fenced_transaction(line: &str) -> bool {
-    line.contains("\"transaction failed;") && line.contains("fenced by a newer instance")
+    (line.contains("\"transaction failed;") || line.contains("\"abort_transaction failed;"))
+        && line.contains("fenced by a newer instance")
 }
 
 /// A JSON log line's message and error, short.
