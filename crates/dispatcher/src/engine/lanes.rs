@@ -4,15 +4,28 @@
 //! (drained and committed with it) before the group may hand `p` over. So a
 //! subscription's records, from `deliveries` and from its lane, are scheduled
 //! by one replica, in one FIFO (`machine/overflow.rs`).
+//!
+//! A lane's partitions are assigned at their committed offsets, asked for
+//! here until the group coordinator answers. Assigned with `Offset::Stored`
+//! instead, librdkafka asks once, and when the coordinator has just moved
+//! (a broker shutting down) that fetch fails "Not coordinator" and the
+//! partition is never fetched: the deliveries moved to it before were not
+//! attempted again (seen in a rolling restart of the brokers).
 
-use std::time::SystemTime;
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
 
+use hookline_core::Backoff;
 use hookline_envelope::Delivery;
 use rdkafka::{
     consumer::Consumer,
     message::{Headers, Message, OwnedMessage},
     Offset, TopicPartitionList,
 };
+use tokio::time::Instant;
 
 use crate::{
     events,
@@ -23,6 +36,24 @@ use super::Engine;
 
 /// The header of a moved record: its offset in `deliveries`.
 pub(crate) use hookline_dispatch_core::build::MOVED_FROM;
+
+/// Longest one ask for a lane's committed offsets waits.
+const LANE_OFFSETS_TIMEOUT: Duration = Duration::from_secs(5);
+/// Longest the asks go on before a lane partition is left to librdkafka's
+/// own fetch: well past a coordinator's move, which takes seconds.
+const LANE_OFFSETS_FOR: Duration = Duration::from_secs(60);
+const LANE_OFFSETS_RETRY: Backoff =
+    Backoff::new(Duration::from_millis(200), Duration::from_secs(2)).with_jitter(0.5);
+
+/// Where a lane partition is read from, given its committed offset: there,
+/// or from the beginning when nothing is committed yet (a lane partition
+/// nobody has finished a record of holds only records still to do).
+fn start_at(committed: Offset) -> Offset {
+    match committed {
+        Offset::Offset(o) if o >= 0 => Offset::Offset(o),
+        _ => Offset::Beginning,
+    }
+}
 
 impl Engine {
     /// The lane partitions that follow `parts` (partitions of any input; only
@@ -39,34 +70,87 @@ impl Engine {
     }
 
     /// Assigns the lanes' partitions that follow newly assigned `deliveries`
-    /// partitions, from their committed offsets.
-    pub(super) fn assign_lanes(&mut self, source: &[Part]) {
+    /// partitions, from their committed offsets (the beginning where none is
+    /// committed, as `auto.offset.reset` would).
+    pub(super) async fn assign_lanes(&mut self, source: &[Part]) {
         let lanes = self.lane_parts(source);
         if lanes.is_empty() {
             return;
         }
+        let mut by_input: BTreeMap<u16, Vec<i32>> = BTreeMap::new();
         for part in &lanes {
-            let input = usize::from(part.input);
+            by_input.entry(part.input).or_default().push(part.partition);
+        }
+        for (input, partitions) in by_input {
+            let index = usize::from(input);
+            let offsets = self.lane_offsets(index, &partitions).await;
             let mut tpl = TopicPartitionList::new();
-            if let Err(error) =
-                tpl.add_partition_offset(&self.topics[input], part.partition, Offset::Stored)
-            {
-                events::LaneAssignFailed {
-                    part,
-                    error: &error,
+            for (partition, offset) in offsets {
+                if let Err(error) = tpl.add_partition_offset(&self.topics[index], partition, offset)
+                {
+                    events::LaneAssignFailed {
+                        part: &(input, partition),
+                        error: &error,
+                    }
+                    .emit();
                 }
-                .emit();
-                continue;
             }
-            if let Err(error) = self.consumers[input].incremental_assign(&tpl) {
+            if let Err(error) = self.consumers[index].incremental_assign(&tpl) {
                 events::LaneAssignFailed {
-                    part,
+                    part: &(input, &partitions),
                     error: &error,
                 }
                 .emit();
             }
         }
         self.machine.assign(&lanes);
+    }
+
+    /// The committed offsets of `partitions` of lane input `index`, asked
+    /// for until the coordinator answers (the loop beats its health
+    /// meanwhile). Only past `LANE_OFFSETS_FOR` does a partition fall back
+    /// to `Offset::Stored`, librdkafka's own single try.
+    async fn lane_offsets(&mut self, index: usize, partitions: &[i32]) -> Vec<(i32, Offset)> {
+        let topic = self.topics[index].clone();
+        let mut query = TopicPartitionList::new();
+        for &partition in partitions {
+            query.add_partition(&topic, partition);
+        }
+        let deadline = Instant::now() + LANE_OFFSETS_FOR;
+        let mut backoff = LANE_OFFSETS_RETRY;
+        loop {
+            let consumer = Arc::clone(&self.consumers[index]);
+            let asked = query.clone();
+            let answer = tokio::task::spawn_blocking(move || {
+                consumer.committed_offsets(asked, LANE_OFFSETS_TIMEOUT)
+            })
+            .await;
+            let error = match answer {
+                Ok(Ok(committed)) => {
+                    return partitions
+                        .iter()
+                        .map(|&partition| {
+                            let offset = committed
+                                .find_partition(&topic, partition)
+                                .map_or(Offset::Invalid, |e| e.offset());
+                            (partition, start_at(offset))
+                        })
+                        .collect();
+                }
+                Ok(Err(error)) => error.to_string(),
+                Err(join) => join.to_string(),
+            };
+            events::LaneAssignFailed {
+                part: &(index, partitions),
+                error: &format!("reading the committed offsets: {error}"),
+            }
+            .emit();
+            self.health.beat(super::LOOP);
+            if Instant::now() >= deadline {
+                return partitions.iter().map(|&p| (p, Offset::Stored)).collect();
+            }
+            hookline_runtime::retry::pause(&mut backoff).await;
+        }
     }
 
     /// After a revoke of `deliveries` partitions was drained and committed:
@@ -158,6 +242,27 @@ impl Engine {
         match serde_json::to_string(&report) {
             Ok(json) => self.health.set_report("capacity", json),
             Err(e) => tracing::warn!(error = %e, "the capacity report could not be written"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rdkafka::Offset;
+
+    use super::start_at;
+
+    #[test]
+    fn a_lane_partition_starts_at_its_committed_offset_or_the_beginning() {
+        assert_eq!(start_at(Offset::Offset(42)), Offset::Offset(42));
+        assert_eq!(start_at(Offset::Offset(0)), Offset::Offset(0));
+        for nothing_committed in [
+            Offset::Invalid,
+            Offset::Beginning,
+            Offset::End,
+            Offset::Stored,
+        ] {
+            assert_eq!(start_at(nothing_committed), Offset::Beginning);
         }
     }
 }

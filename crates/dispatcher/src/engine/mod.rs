@@ -321,7 +321,7 @@ impl Engine {
                     .filter_map(|(t, p)| self.machine.part(t, *p))
                     .collect();
                 self.machine.assign(&parts);
-                self.assign_lanes(&parts);
+                self.assign_lanes(&parts).await;
                 self.joined(input);
             }
             FromKafka::Revoked {
