@@ -19,7 +19,7 @@
 #                       the running broker as a super user: `acls --list`
 #   kafka.sh cluster VERB  three brokers (1..3) and a dedicated KRaft controller,
 #                       beside the single broker, with their own ports and state:
-#                       up, down, status, brokers, smoke, kill|stop|cont|start|pid N,
+#                       up, down, status, brokers, smoke, kill|stop|cont|term|start|pid N,
 #                       leader TOPIC PARTITION, coordinator group|transaction ID
 #
 # stdout carries only the bootstrap address (or the answer asked for); all
@@ -1066,6 +1066,34 @@ cmd_cluster_signal() {
   esac
 }
 
+# term N: a controlled shutdown, as a rolling upgrade stops a broker: SIGTERM,
+# then waits until the process has exited (it first moves its leaderships to
+# the other in-sync replicas); SIGKILL only if it is still alive after 60 s.
+cmd_cluster_term() {
+  local n="${1:-}" pid i start=$SECONDS
+  broker_arg "$n"
+  take_lock
+  pid="$(cnode_pid "$n")" || die "broker $n is not running"
+  log "SIGTERM to broker $n (pid $pid): controlled shutdown, its data and port are kept"
+  kill -CONT "$pid" 2>/dev/null || true
+  kill -TERM "$pid"
+  for ((i = 0; i < 600; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "broker $n did not exit within 60 s of SIGTERM; SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+  else
+    log "broker $n exited in $((SECONDS - start)) s"
+  fi
+  rm -f "$(cnode_dir "$n")/ready"
+}
+
 cmd_cluster_start() {
   local n="${1:-}" rc=0 start=$SECONDS
   broker_arg "$n"
@@ -1142,6 +1170,7 @@ cmd_cluster() {
     status) cmd_cluster_status ;;
     brokers) cmd_cluster_brokers ;;
     kill | stop | cont) cmd_cluster_signal "$verb" "$@" ;;
+    term) cmd_cluster_term "$@" ;;
     start) cmd_cluster_start "$@" ;;
     pid) cmd_cluster_pid "$@" ;;
     leader) cmd_cluster_leader "$@" ;;
