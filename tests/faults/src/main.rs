@@ -165,6 +165,7 @@ async fn run_one(
         "cluster_leader_kill" => scenarios::cluster_leader_kill::run(report, rng).await,
         "cluster_coordinator_kill" => scenarios::cluster_coordinator_kill::run(report, rng).await,
         "cluster_zombie" => scenarios::cluster_zombie::run(report, rng).await,
+        "cluster_rolling" => scenarios::cluster_rolling::run(report, rng).await,
         other => bail!("unknown scenario {other}"),
     }
 }

@@ -8,6 +8,7 @@ pub mod breaker_open_crash;
 pub mod broker_restart;
 pub mod cluster_coordinator_kill;
 pub mod cluster_leader_kill;
+pub mod cluster_rolling;
 pub mod cluster_zombie;
 pub mod hostile_endpoints;
 pub mod kill_dispatcher_retrying;
@@ -36,6 +37,7 @@ pub const ALL: &[&str] = &[
     "cluster_leader_kill",
     "cluster_coordinator_kill",
     "cluster_zombie",
+    "cluster_rolling",
     "secured",
     "acl_missing",
     "breaker_open_crash",
@@ -55,6 +57,7 @@ pub const CLUSTER: &[&str] = &[
     "cluster_leader_kill",
     "cluster_coordinator_kill",
     "cluster_zombie",
+    "cluster_rolling",
 ];
 
 /// What one scenario injected and counted, printed as it goes and at the end.

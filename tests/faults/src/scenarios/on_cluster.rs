@@ -213,6 +213,11 @@ pub async fn partitions(topic: &str, ends: bool) -> anyhow::Result<Vec<Part>> {
 /// offsets and transaction-state topics has a leader and all three replicas
 /// in sync (a restarted broker caught up); how long it took.
 pub async fn wait_in_sync(p: &Pipeline, limit: Duration) -> anyhow::Result<Duration> {
+    wait_isr(p, 3, limit).await
+}
+
+/// [`wait_in_sync`] with at least `want` in-sync replicas (all when fewer).
+pub async fn wait_isr(p: &Pipeline, want: usize, limit: Duration) -> anyhow::Result<Duration> {
     let started = Instant::now();
     let mut topics: Vec<String> = p.topics.all().into_iter().map(str::to_owned).collect();
     topics.extend(["__consumer_offsets", "__transaction_state"].map(str::to_owned));
@@ -220,7 +225,7 @@ pub async fn wait_in_sync(p: &Pipeline, limit: Duration) -> anyhow::Result<Durat
         let mut lagging = Vec::new();
         for t in &topics {
             for part in partitions(t, false).await.unwrap_or_default() {
-                if part.leader < 0 || part.isr < part.replicas {
+                if part.leader < 0 || part.isr < want.min(part.replicas) {
                     lagging.push(format!("{t}[{}]", part.partition));
                 }
             }
@@ -230,7 +235,7 @@ pub async fn wait_in_sync(p: &Pipeline, limit: Duration) -> anyhow::Result<Durat
         }
         if started.elapsed() > limit {
             bail!(
-                "partitions not back in sync with three replicas after {limit:?}: {}",
+                "partitions not back to {want} in-sync replicas after {limit:?}: {}",
                 lagging.join(", ")
             );
         }
