@@ -366,7 +366,8 @@ async fn dispatch_inputs(
             linger: librdkafka::PRODUCER_LINGER,
         },
     )
-    .await?;
+    .await?
+    .report_writes_to(ops.health.clone(), STAGE);
     let retry_policy = outcome::RetryPolicy::new(settings.ladder.clone());
     let attempt_log = settings
         .attempt_log

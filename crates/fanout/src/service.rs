@@ -220,7 +220,8 @@ impl FanoutLoop {
                 linger: Duration::from_millis(1),
             },
         )
-        .await?;
+        .await?
+        .report_writes_to(health.clone(), STAGE);
         let windows = config
             .fanout
             .dedup()

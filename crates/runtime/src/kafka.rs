@@ -17,6 +17,7 @@ use rdkafka::{
 pub mod access;
 mod reading;
 mod rebalance;
+pub mod replicas;
 pub mod txn;
 
 pub use reading::{group_reader_config, reader_config, AtEnd, Offsets, ReadCommitted, StartAt};

@@ -30,11 +30,16 @@ use rdkafka::{
 };
 use tokio_util::sync::CancellationToken;
 
+use super::replicas::{Writes, SLOW_WRITES};
 use crate::{
     config::CommonArgs,
+    health::Health,
     retry::{self, Then},
     RuntimeError,
 };
+
+/// How long a metadata request of [`Transactor::why_slow`] may take.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Pause between resumptions of a retriable transactional call.
 const RESUME_PAUSE: Duration = Duration::from_millis(200);
@@ -106,6 +111,10 @@ pub struct Transactor {
     /// The delivery reports of the open transaction's records, awaited
     /// before its commit ([`Transactor::commit`]).
     reports: std::sync::Mutex<Vec<DeliveryFuture>>,
+    /// The topics the open transaction writes to.
+    written: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Says why writes are held up ([`Transactor::report_writes_to`]).
+    writes: Option<tokio::sync::Mutex<Writes>>,
 }
 
 impl std::fmt::Debug for Transactor {
@@ -126,7 +135,17 @@ impl Transactor {
             spec,
             producer,
             reports: std::sync::Mutex::default(),
+            written: std::sync::Mutex::default(),
+            writes: None,
         })
+    }
+
+    /// Makes a commit that waits longer than [`SLOW_WRITES`] ask the
+    /// cluster why, and hold `stage` unready with the reason (partitions
+    /// below `min.insync.replicas`, `kafka::replicas`) until one commits.
+    pub fn report_writes_to(mut self, health: Health, stage: &'static str) -> Self {
+        self.writes = Some(tokio::sync::Mutex::new(Writes::new(health, stage)));
+        self
     }
 
     /// The transactional id.
@@ -138,6 +157,7 @@ impl Transactor {
     pub fn begin(&self) -> Result<(), TxnError> {
         // Those of a failed transaction before it.
         self.reports().clear();
+        self.written().clear();
         self.producer.begin_transaction().map_err(classify)
     }
 
@@ -145,6 +165,10 @@ impl Transactor {
     /// panic elsewhere while it was held: the list is still whole).
     fn reports(&self) -> std::sync::MutexGuard<'_, Vec<DeliveryFuture>> {
         self.reports.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn written(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Enqueues one record in the open transaction, waiting while the producer
@@ -190,6 +214,9 @@ impl Transactor {
             match self.producer.send_result(record) {
                 Ok(report) => {
                     self.reports().push(report);
+                    if !self.written().contains(topic) {
+                        self.written().insert(topic.to_owned());
+                    }
                     return Ok(());
                 }
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
@@ -218,6 +245,9 @@ impl Transactor {
             }
             match self.producer.send_result(record) {
                 Ok(report) => {
+                    if !self.written().contains(topic) {
+                        self.written().insert(topic.to_owned());
+                    }
                     return match report.await {
                         Ok(Ok(delivery)) => Ok(delivery.partition),
                         Ok(Err((e, _))) => Err(classify(e)),
@@ -233,7 +263,65 @@ impl Transactor {
     }
 
     /// Adds each consumer's offsets to the open transaction and commits it.
+    /// One that waits longer than [`SLOW_WRITES`] asks the cluster why,
+    /// every [`SLOW_WRITES`] until it ends ([`Transactor::report_writes_to`]).
     pub async fn commit(&self, offsets: Vec<GroupOffsets>) -> Result<(), TxnError> {
+        let Some(writes) = &self.writes else {
+            return self.commit_now(offsets).await;
+        };
+        let committing = self.commit_now(offsets);
+        tokio::pin!(committing);
+        // Asked again every SLOW_WRITES while the commit waits: a commit
+        // that began slow for another reason (a leader moving) may be held
+        // up by replicas only later.
+        let result = loop {
+            if let Ok(result) = tokio::time::timeout(SLOW_WRITES, &mut committing).await {
+                break result;
+            }
+            let asking = self.why_slow(writes);
+            tokio::pin!(asking);
+            tokio::select! {
+                result = &mut committing => break result,
+                () = &mut asking => {}
+            }
+        };
+        if result.is_ok() {
+            writes.lock().await.flowing();
+        }
+        result
+    }
+
+    /// Asks the cluster's metadata which partitions the open transaction
+    /// waits for: its topics', and those of the coordinators' own topics
+    /// (`__transaction_state`, `__consumer_offsets`), which must take the
+    /// commit's writes too.
+    async fn why_slow(&self, writes: &tokio::sync::Mutex<Writes>) {
+        let mut topics: Vec<String> = self.written().iter().cloned().collect();
+        topics.extend(["__transaction_state", "__consumer_offsets"].map(str::to_owned));
+        let mut writes = writes.lock().await;
+        let unknown: Vec<&str> = writes.unknown(&topics);
+        if !unknown.is_empty() {
+            writes.learn_min_insync(&self.common, &unknown).await;
+        }
+        let mut refused = Vec::new();
+        for topic in topics {
+            let producer = self.producer.clone();
+            let asked = bounded("fetch_metadata", METADATA_TIMEOUT, move || {
+                producer
+                    .client()
+                    .fetch_metadata(Some(&topic), METADATA_TIMEOUT)
+            })
+            .await;
+            match asked {
+                Ok(Ok(metadata)) => refused.extend(writes.diagnose(&metadata)),
+                Ok(Err(error)) => tracing::debug!(%error, "cannot read metadata"),
+                Err(_) => return,
+            }
+        }
+        writes.refused(refused);
+    }
+
+    async fn commit_now(&self, offsets: Vec<GroupOffsets>) -> Result<(), TxnError> {
         let timeout = self.spec.call_timeout;
         let offsets = std::sync::Arc::new(offsets);
         for group in 0..offsets.len() {

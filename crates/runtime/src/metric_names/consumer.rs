@@ -12,7 +12,16 @@ pub const CONSUMER_LAG: &str = "hookline_consumer_lag_records";
 /// Partitions assigned to the consumer now.
 pub const CONSUMER_ASSIGNED: &str = "hookline_consumer_assigned_partitions";
 
+/// Changes in what holds a stage's Kafka writes up (partitions below
+/// `min.insync.replicas` or without a leader), each logged once
+/// (`kafka::replicas`), labelled by stage.
+pub const KAFKA_WRITES_REFUSED: &str = "hookline_kafka_writes_refused_total";
+
 pub(super) fn describe() {
+    metrics::describe_counter!(
+        KAFKA_WRITES_REFUSED,
+        "Changes in the partitions that hold the stage's writes up (below min.insync.replicas or leaderless)."
+    );
     metrics::describe_gauge!(
         CONSUMER_STALLED,
         metrics::Unit::Seconds,
