@@ -166,6 +166,7 @@ async fn run_one(
         "cluster_coordinator_kill" => scenarios::cluster_coordinator_kill::run(report, rng).await,
         "cluster_zombie" => scenarios::cluster_zombie::run(report, rng).await,
         "cluster_rolling" => scenarios::cluster_rolling::run(report, rng).await,
+        "cluster_isr" => scenarios::cluster_isr::run(report, rng).await,
         other => bail!("unknown scenario {other}"),
     }
 }

@@ -7,6 +7,7 @@ pub mod bad_input;
 pub mod breaker_open_crash;
 pub mod broker_restart;
 pub mod cluster_coordinator_kill;
+pub mod cluster_isr;
 pub mod cluster_leader_kill;
 pub mod cluster_rolling;
 pub mod cluster_zombie;
@@ -38,6 +39,7 @@ pub const ALL: &[&str] = &[
     "cluster_coordinator_kill",
     "cluster_zombie",
     "cluster_rolling",
+    "cluster_isr",
     "secured",
     "acl_missing",
     "breaker_open_crash",
@@ -58,6 +60,7 @@ pub const CLUSTER: &[&str] = &[
     "cluster_coordinator_kill",
     "cluster_zombie",
     "cluster_rolling",
+    "cluster_isr",
 ];
 
 /// What one scenario injected and counted, printed as it goes and at the end.
