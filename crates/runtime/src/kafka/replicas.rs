@@ -232,9 +232,14 @@ impl Writes {
 mod tests {
     use super::*;
 
+    /// (partition, leader, in sync) of each partition.
+    type Parts = &'static [(i32, i32, usize)];
+    /// The partitions that refuse writes, and why (None: none).
+    type Want = Option<Vec<(i32, Shortfall)>>;
+
     #[test]
     fn partitions_below_min_isr_or_without_leader_refuse_writes() {
-        let cases: [(&[(i32, i32, usize)], usize, Option<Vec<(i32, Shortfall)>>); 4] = [
+        let cases: [(Parts, usize, Want); 4] = [
             (&[(0, 1, 3), (1, 2, 2), (2, 3, 3)], 2, None),
             (
                 &[(0, 1, 1), (1, 1, 3), (2, 1, 1)],
